@@ -1,0 +1,32 @@
+# billing-consumer. `make demo` and `make test` are the two commands of the
+# README; the rest are for development.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+.PHONY: build test fuzz pg-start pg-stop fmt vet clean
+
+build: ## static binary in bin/
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/billing-consumer ./cmd/billing-consumer
+
+test: ## every test, against a scratch Postgres this target starts
+	scripts/test.sh
+
+fuzz: ## each fuzz target for FUZZTIME (default 30s)
+	go test -run XXX -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./internal/events/
+	go test -run XXX -fuzz FuzzParseAmount -fuzztime $${FUZZTIME:-30s} ./internal/money/
+
+pg-start: ## start the scratch Postgres and print its URL
+	@scripts/pg.sh start
+
+pg-stop:
+	@scripts/pg.sh stop
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+vet:
+	go vet ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// envPrefix is the prefix of every variable billing-consumer reads.
+const envPrefix = "BILLING"
+
+// config is every setting of billing-consumer, read from BILLING_*
+// variables by envconfig. The desc tags are the help text; "secret" marks
+// values that never appear in an error or log line and that may also be
+// given as a file named by <VARIABLE>_FILE.
+type config struct {
+	KafkaBrokers  []string `envconfig:"KAFKA_BROKERS" desc:"comma-separated host:port list of Kafka bootstrap brokers (required by run and dlq)"`
+	KafkaTopic    string   `envconfig:"KAFKA_TOPIC" default:"order-service.order.confirmed" desc:"source topic of order.confirmed events"`
+	KafkaGroupID  string   `envconfig:"KAFKA_GROUP_ID" default:"billing-order-confirmed" desc:"consumer group; also the consumer_group column of processed_event"`
+	KafkaDLQTopic string   `envconfig:"KAFKA_DLQ_TOPIC" default:"billing-order-confirmed.dlq" desc:"dead-letter topic"`
+
+	DatabaseURL     string `envconfig:"DATABASE_URL" secret:"true" desc:"pgx connection string, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full (required; or DATABASE_URL_FILE)"`
+	DatabaseURLFile string `envconfig:"DATABASE_URL_FILE" desc:"file holding BILLING_DATABASE_URL (a mounted secret)"`
+	DBMaxConns      int32  `envconfig:"DB_MAX_CONNS" default:"16" desc:"Postgres pool size; each in-flight event holds one connection during its charge"`
+
+	PaymentURL       string        `envconfig:"PAYMENT_URL" desc:"base URL of the payment provider; charges go to {url}/payments/charge (required by run)"`
+	PaymentToken     string        `envconfig:"PAYMENT_TOKEN" secret:"true" desc:"bearer token for the payment provider (optional; or PAYMENT_TOKEN_FILE)"`
+	PaymentTokenFile string        `envconfig:"PAYMENT_TOKEN_FILE" desc:"file holding BILLING_PAYMENT_TOKEN (a mounted secret)"`
+	PaymentTimeout   time.Duration `envconfig:"PAYMENT_TIMEOUT" default:"10s" desc:"timeout of one payment request, body included"`
+
+	HTTPAddr string `envconfig:"HTTP_ADDR" default:":9090" desc:"listen address of /metrics, /healthz and /readyz"`
+
+	DedupRetention      time.Duration `envconfig:"DEDUP_RETENTION" default:"168h" desc:"how long processed_event rows are kept; older day partitions are dropped"`
+	DedupPartitionAhead int           `envconfig:"DEDUP_PARTITIONS_AHEAD" default:"3" desc:"days of processed_event partitions created ahead of today (at least 2)"`
+	DedupLockTimeout    time.Duration `envconfig:"DEDUP_LOCK_TIMEOUT" default:"2s" desc:"how long a partition CREATE or DROP may wait for its table lock before the pass gives up"`
+	RetentionInterval   time.Duration `envconfig:"RETENTION_INTERVAL" default:"1h" desc:"interval of the running consumer's partition maintenance"`
+
+	LogLevel string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+}
+
+// loadConfig reads the environment and resolves *_FILE secrets. Its errors
+// are one line naming the variable, and never contain a secret's value.
+func loadConfig() (config, error) {
+	var c config
+	if err := envconfig.Process(envPrefix, &c); err != nil {
+		var pe *envconfig.ParseError
+		if errors.As(err, &pe) {
+			return c, fmt.Errorf("%s: cannot parse %q as %s", pe.KeyName, pe.Value, pe.TypeName)
+		}
+		return c, err
+	}
+	var err error
+	if c.DatabaseURL, err = secret("DATABASE_URL", c.DatabaseURL, c.DatabaseURLFile); err != nil {
+		return c, err
+	}
+	if c.PaymentToken, err = secret("PAYMENT_TOKEN", c.PaymentToken, c.PaymentTokenFile); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// secret returns value, or the trimmed content of file when file is set.
+func secret(name, value, file string) (string, error) {
+	if file == "" {
+		return value, nil
+	}
+	if value != "" {
+		return "", fmt.Errorf("%s_%s and %s_%s_FILE are both set; set one", envPrefix, name, envPrefix, name)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s_%s_FILE: %w", envPrefix, name, errors.Unwrap(err))
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("%s_%s_FILE: file %s is empty", envPrefix, name, file)
+	}
+	return s, nil
+}
+
+// need says which settings a command requires.
+type need struct{ kafka, payment bool }
+
+// validate checks the settings a command uses. Each error names one
+// variable.
+func (c config) validate(n need) error {
+	v := func(name, format string, args ...any) error {
+		return fmt.Errorf("%s_%s: %s", envPrefix, name, fmt.Sprintf(format, args...))
+	}
+	if c.DatabaseURL == "" {
+		return v("DATABASE_URL", "required (or BILLING_DATABASE_URL_FILE)")
+	}
+	if !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") &&
+		!strings.Contains(c.DatabaseURL, "=") {
+		return v("DATABASE_URL", "not a postgres:// URL or key=value connection string")
+	}
+	if c.DBMaxConns < 1 {
+		return v("DB_MAX_CONNS", "must be at least 1, got %d", c.DBMaxConns)
+	}
+	if c.DedupRetention < 24*time.Hour {
+		return v("DEDUP_RETENTION", "must be at least 24h (a redelivery may come a day late), got %s", c.DedupRetention)
+	}
+	if c.DedupPartitionAhead < 2 || c.DedupPartitionAhead > 60 {
+		return v("DEDUP_PARTITIONS_AHEAD", "must be between 2 and 60, got %d", c.DedupPartitionAhead)
+	}
+	if c.DedupLockTimeout <= 0 {
+		return v("DEDUP_LOCK_TIMEOUT", "must be positive, got %s", c.DedupLockTimeout)
+	}
+	if c.RetentionInterval < time.Minute {
+		return v("RETENTION_INTERVAL", "must be at least 1m, got %s", c.RetentionInterval)
+	}
+	if _, err := c.logLevel(); err != nil {
+		return v("LOG_LEVEL", "%v", err)
+	}
+	if n.kafka {
+		if len(c.KafkaBrokers) == 0 {
+			return v("KAFKA_BROKERS", "required")
+		}
+		for _, b := range c.KafkaBrokers {
+			host, port, ok := strings.Cut(strings.TrimSpace(b), ":")
+			if p, err := strconv.Atoi(port); !ok || host == "" || err != nil || p < 1 || p > 65535 {
+				return v("KAFKA_BROKERS", "%q is not host:port", b)
+			}
+		}
+		for name, topic := range map[string]string{"KAFKA_TOPIC": c.KafkaTopic, "KAFKA_DLQ_TOPIC": c.KafkaDLQTopic} {
+			if topic == "" || len(topic) > 249 || strings.Trim(topic, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
+				return v(name, "%q is not a valid topic name", topic)
+			}
+		}
+		if c.KafkaTopic == c.KafkaDLQTopic {
+			return v("KAFKA_DLQ_TOPIC", "must differ from BILLING_KAFKA_TOPIC")
+		}
+		if c.KafkaGroupID == "" {
+			return v("KAFKA_GROUP_ID", "required")
+		}
+	}
+	if n.payment {
+		u, err := url.Parse(c.PaymentURL)
+		if c.PaymentURL == "" {
+			return v("PAYMENT_URL", "required")
+		}
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return v("PAYMENT_URL", "must be an absolute http or https URL")
+		}
+		if c.PaymentTimeout <= 0 {
+			return v("PAYMENT_TIMEOUT", "must be positive, got %s", c.PaymentTimeout)
+		}
+	}
+	return nil
+}
+
+func (c config) logLevel() (slog.Level, error) {
+	var l slog.Level
+	err := l.UnmarshalText([]byte(c.LogLevel))
+	return l, err
+}
+
+// printUsage writes the table of every variable: name, type, default and
+// meaning, generated from the config struct so it cannot drift.
+func printUsage(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	const format = `VARIABLE	TYPE	DEFAULT	MEANING
+{{range .}}{{usage_key .}}	{{usage_type .}}	{{usage_default .}}	{{usage_description .}}
+{{end}}`
+	if err := envconfig.Usagef(envPrefix, &config{}, tw, format); err != nil {
+		return err
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,162 @@
+// Command billing-consumer charges customers exactly once for the
+// order.confirmed events of a Kafka topic. `billing-consumer help` lists its
+// commands and every BILLING_* variable.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billing-consumer/billing-consumer/db/migrations"
+	"github.com/billing-consumer/billing-consumer/internal/dedup"
+)
+
+// Set by the linker: -X main.version=... -X main.commit=...
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		// One line, whatever the error: pgx joins per-host errors with
+		// newlines.
+		fmt.Fprintln(os.Stderr, "billing-consumer:", strings.Join(strings.Fields(err.Error()), " "))
+		os.Exit(1)
+	}
+}
+
+// errUsage marks a wrong command line; run has printed the usage hint.
+var errUsage = errors.New("see billing-consumer help")
+
+// run executes the command in args (without the program name) until it
+// finishes or ctx is cancelled (SIGTERM, SIGINT). Settings come from the
+// BILLING_* environment, read by envconfig. Output for people goes to
+// stdout, JSON logs to stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	command := "run"
+	if len(args) > 0 {
+		command, args = args[0], args[1:]
+	}
+	switch command {
+	case "help", "-h", "-help", "--help":
+		return help(stdout)
+	case "version", "--version":
+		fmt.Fprintf(stdout, "billing-consumer %s (commit %s, %s)\n", version, commit, runtime.Version())
+		return nil
+	case "migrate":
+		return withDB(ctx, args, "migrate", stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
+			n, err := migrations.Up(ctx, pool, logger)
+			if err == nil {
+				logger.Info("migrations up to date", "applied", n)
+			}
+			return err
+		})
+	case "retention":
+		return withDB(ctx, args, "retention", stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
+			_, err := maintainer(cfg, pool, logger).RunOnce(ctx)
+			return err
+		})
+	}
+	return fmt.Errorf("unknown command %q: %w", command, errUsage)
+}
+
+// noFlags rejects arguments for commands that take none.
+func noFlags(name string, args []string) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%s: %w (%w)", name, err, errUsage)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q (%w)", name, fs.Arg(0), errUsage)
+	}
+	return nil
+}
+
+// withDB runs a one-shot command that needs only the database.
+func withDB(ctx context.Context, args []string, name string, stderr io.Writer,
+	fn func(context.Context, config, *pgxpool.Pool, *slog.Logger) error) error {
+	if err := noFlags(name, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	if err := cfg.validate(need{}); err != nil {
+		return err
+	}
+	logger := newLogger(cfg, stderr)
+	pool, err := openPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return fn(ctx, cfg, pool, logger)
+}
+
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	level, _ := cfg.logLevel() // validated
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// openPool connects to BILLING_DATABASE_URL. Its errors never include the
+// URL, which may hold a password: pgx's connect errors name only host,
+// user and database.
+func openPool(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, errors.New("BILLING_DATABASE_URL: not a valid connection string")
+	}
+	pc.MaxConns = cfg.DBMaxConns
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database %s:%d/%s: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, err)
+	}
+	return pool, nil
+}
+
+func maintainer(cfg config, pool *pgxpool.Pool, logger *slog.Logger) *dedup.Maintainer {
+	return &dedup.Maintainer{
+		Pool: pool, Retention: cfg.DedupRetention, Ahead: cfg.DedupPartitionAhead,
+		LockTimeout: cfg.DedupLockTimeout, Now: time.Now, Logger: logger,
+	}
+}
+
+func help(w io.Writer) error {
+	fmt.Fprint(w, `billing-consumer charges each confirmed order exactly once, from Kafka.
+
+Usage:
+  billing-consumer [run]                          consume until SIGTERM/SIGINT, then shut down gracefully
+  billing-consumer migrate                        apply the embedded database migrations and exit
+  billing-consumer retention                      one pass of dedup partition maintenance and exit
+  billing-consumer help                           this text
+  billing-consumer version                        version, commit and Go version
+
+Environment (secrets may also be given as <VARIABLE>_FILE):
+
+`)
+	return printUsage(w)
+}

@@ -1,0 +1,50 @@
+package migrations_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/billing-consumer/billing-consumer/db/migrations"
+	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+)
+
+// Two replicas starting at once both run migrate: one applies, the other
+// waits on goose's advisory lock and finds nothing to do. Neither fails.
+func TestUpConcurrentAndRepeated(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const runners = 4
+	applied := make([]int, runners)
+	var wg sync.WaitGroup
+	for i := range runners {
+		pool := pgtest.Open(t, url) // one pool per "replica"
+		wg.Go(func() {
+			n, err := migrations.Up(context.Background(), pool, logger)
+			if err != nil {
+				t.Errorf("runner %d: %v", i, err)
+			}
+			applied[i] = n
+		})
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range applied {
+		total += n
+	}
+	if total != 1 {
+		t.Fatalf("migrations applied across runners = %v; want the one migration applied exactly once", applied)
+	}
+	pool := pgtest.Open(t, url)
+	if n, err := migrations.Up(context.Background(), pool, logger); err != nil || n != 0 {
+		t.Fatalf("repeated Up = %d, %v; want 0, nil", n, err)
+	}
+	var tables int
+	err := pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_tables WHERE tablename IN ('processed_event', 'charge')").Scan(&tables)
+	if err != nil || tables != 2 {
+		t.Fatalf("tables = %d, %v", tables, err)
+	}
+}
