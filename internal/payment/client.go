@@ -1,0 +1,307 @@
+// Package payment is the HTTP client of the payment provider (SPEC §5). One
+// call to Client.Charge is one attempt: it posts the charge and classifies
+// the answer into a fault.Kind that tells the caller whether to record the
+// charge, retry, pause or dead-letter the event.
+//
+// Charging exactly once rests on the caller retrying with the same Charge:
+// the same Idempotency-Key and byte-identical body let the provider replay
+// its stored answer instead of charging again. Whenever the outcome of an
+// attempt is unknown (timeout, reset, truncated answer) the error is
+// Transient: retried, never assumed to have failed or succeeded.
+package payment
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/billing-consumer/billing-consumer/internal/fault"
+)
+
+const (
+	// maxResponseBody bounds what is read of an answer; a larger 2xx body is
+	// still a success, without a charge id.
+	maxResponseBody = 1 << 20
+	// maxErrorBody bounds what is read of an error answer to find its code.
+	maxErrorBody = 64 << 10
+	// maxChargeIDLen bounds the charge id stored in the ledger.
+	maxChargeIDLen = 255
+	// defaultMaxConns is used when Config.MaxConns is zero.
+	defaultMaxConns = 16
+	// maxConnectTimeout bounds dialing and the TLS handshake, so that a
+	// long Timeout does not let one unreachable address eat all of it.
+	maxConnectTimeout = 10 * time.Second
+)
+
+// Config configures a Client. BaseURL and Timeout are required.
+type Config struct {
+	// BaseURL is the provider's absolute http or https URL, optionally with
+	// a path prefix; a trailing slash is tolerated. It must not carry
+	// credentials (use Token), a query or a fragment.
+	BaseURL string
+	// Token, when set, is sent as "Authorization: Bearer <Token>". It is
+	// never written to errors.
+	Token string
+	// Timeout bounds one attempt as a whole: waiting for a connection,
+	// dialing, TLS, sending, the response headers and reading the body.
+	Timeout time.Duration
+	// MaxConns caps the connections kept and opened to the provider; size it
+	// to the number of concurrent Charge calls. Zero means 16.
+	MaxConns int
+	// Observe, when set, is called once per attempt with the HTTP status as
+	// a decimal string, or "error" when no usable answer arrived, and the
+	// attempt's duration. It must be safe for concurrent use.
+	Observe func(code string, elapsed time.Duration)
+	// TLS is the client TLS configuration for an https BaseURL (it is
+	// cloned; nil means system roots). MinVersion below TLS 1.2 is refused;
+	// zero means TLS 1.2.
+	TLS *tls.Config
+	// Proxy selects a proxy per request, e.g. http.ProxyFromEnvironment as
+	// chosen by cmd; nil means direct connections. (internal/ never reads
+	// the environment itself.)
+	Proxy func(*http.Request) (*url.URL, error)
+}
+
+// Client posts charges to the provider. It is safe for concurrent use by
+// multiple goroutines and should be shared: it owns one http.Client whose
+// connection pool is sized by Config.MaxConns.
+type Client struct {
+	endpoint string
+	auth     string // full Authorization header value, or ""
+	timeout  time.Duration
+	observe  func(string, time.Duration)
+	http     *http.Client
+}
+
+// Result is the provider's acceptance of a charge.
+type Result struct {
+	// ChargeID is the provider's charge id from the 2xx body, or "" when the
+	// body did not carry a usable one. The money was taken either way.
+	ChargeID string
+	// Status is the 2xx status answered.
+	Status int
+	// Replayed reports that the provider answered from its stored result
+	// for this key (header Idempotent-Replayed: true): an earlier attempt
+	// had already charged.
+	Replayed bool
+}
+
+// New validates cfg and builds a Client. The error names the offending field
+// and never contains the token or the URL (which could hold secrets).
+func New(cfg Config) (*Client, error) {
+	endpoint, err := chargeURL(cfg.BaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Timeout <= 0 {
+		return nil, errors.New("payment: timeout must be positive")
+	}
+	if cfg.MaxConns < 0 {
+		return nil, errors.New("payment: max conns must not be negative")
+	}
+	if cfg.Token != "" && !visibleASCII(cfg.Token) {
+		return nil, errors.New("payment: token has characters not allowed in an HTTP header (spaces, control or non-ASCII)")
+	}
+	maxConns := cfg.MaxConns
+	if maxConns == 0 {
+		maxConns = defaultMaxConns
+	}
+	var tlsCfg *tls.Config
+	if endpoint.Scheme == "https" {
+		if tlsCfg, err = clientTLS(cfg.TLS); err != nil {
+			return nil, err
+		}
+	}
+	connect := min(cfg.Timeout, maxConnectTimeout)
+	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
+	transport := &http.Transport{
+		Proxy:                  cfg.Proxy,
+		DialContext:            dialer.DialContext,
+		TLSClientConfig:        tlsCfg,
+		TLSHandshakeTimeout:    connect,
+		ResponseHeaderTimeout:  cfg.Timeout,
+		IdleConnTimeout:        90 * time.Second,
+		MaxIdleConns:           maxConns,
+		MaxIdleConnsPerHost:    maxConns,
+		MaxConnsPerHost:        maxConns,
+		MaxResponseHeaderBytes: 64 << 10,
+		ForceAttemptHTTP2:      true,
+	}
+	c := &Client{
+		endpoint: endpoint.String(),
+		timeout:  cfg.Timeout,
+		observe:  cfg.Observe,
+		http: &http.Client{
+			Transport: transport,
+			// No Client.Timeout: the per-attempt context in Charge covers
+			// the whole attempt including the body, and lets us tell our
+			// timeout apart from the caller's cancellation.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}
+	if cfg.Token != "" {
+		c.auth = "Bearer " + cfg.Token
+	}
+	return c, nil
+}
+
+// chargeURL validates the base URL and joins the charge path to it.
+func chargeURL(base string) (*url.URL, error) {
+	if base == "" {
+		return nil, errors.New("payment: base URL is empty")
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		// url's errors quote parts of the URL, which may hold secrets.
+		return nil, errors.New("payment: base URL does not parse")
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, errors.New("payment: base URL must be an absolute http or https URL")
+	case u.Host == "" || u.Opaque != "":
+		return nil, errors.New("payment: base URL has no host")
+	case u.User != nil:
+		return nil, errors.New("payment: base URL must not carry credentials; use the token")
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return nil, errors.New("payment: base URL must not have a query or fragment")
+	}
+	return u.JoinPath("payments", "charge"), nil
+}
+
+// clientTLS returns a copy of cfg with MinVersion at least TLS 1.2.
+func clientTLS(cfg *tls.Config) (*tls.Config, error) {
+	if cfg == nil {
+		return &tls.Config{MinVersion: tls.VersionTLS12}, nil
+	}
+	c := cfg.Clone()
+	switch {
+	case c.MinVersion == 0:
+		c.MinVersion = tls.VersionTLS12
+	case c.MinVersion < tls.VersionTLS12:
+		return nil, errors.New("payment: TLS MinVersion below TLS 1.2")
+	}
+	return c, nil
+}
+
+// CloseIdleConnections closes the pooled idle connections; call it at
+// shutdown after the last Charge. It is safe for concurrent use.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
+// Charge makes one attempt to take ch and never retries by itself: the
+// caller retries with the same ch. Concurrent calls are safe.
+//
+// On a 2xx answer it returns the Result and nil. Otherwise it returns an
+// error carrying a *Error and a fault.Kind:
+//   - Transient: 409, 408, 429, 5xx, 1xx, or no usable answer (network
+//     error, timeout, reset, truncated body): retry with backoff, honouring
+//     Error.RetryAfter;
+//   - Conflict: 422, the key was used with another body;
+//   - Permanent: any other 4xx (400, 402, 404, ...);
+//   - Systemic: 401, 403, 407 or a 3xx, a configuration problem: pause;
+//   - Invalid: ch itself is invalid (no request is sent).
+//
+// When ctx is cancelled the error also satisfies errors.Is(err,
+// context.Canceled) (or context.DeadlineExceeded for the caller's deadline).
+func (c *Client) Charge(ctx context.Context, ch Charge) (Result, error) {
+	if err := ch.validate(); err != nil {
+		return Result{}, (&Error{Kind: fault.Invalid, Err: fmt.Errorf("invalid charge: %w", err)}).wrap()
+	}
+	attemptCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(attemptCtx, http.MethodPost, c.endpoint, bytes.NewReader(ch.Body()))
+	if err != nil { // the URL was validated in New: a bug, not an event's fault
+		return Result{}, (&Error{Kind: fault.Systemic, Err: err}).wrap()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	// Besides telling the provider, this header lets net/http itself replay
+	// the request on a pooled connection the server had already closed.
+	req.Header.Set("Idempotency-Key", ch.IdempotencyKey)
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
+
+	start := time.Now()
+	res, code, err := c.do(ctx, attemptCtx, req)
+	if c.observe != nil {
+		c.observe(code, time.Since(start))
+	}
+	return res, err
+}
+
+// do sends req and reads the answer. code is the value for Observe.
+func (c *Client) do(ctx, attemptCtx context.Context, req *http.Request) (Result, string, error) {
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return Result{}, "error", c.noAnswer(ctx, attemptCtx, err)
+	}
+	defer func() {
+		// Drain so the connection goes back to the pool; past the limit,
+		// closing drops the connection instead, which is cheaper.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBody))
+		_ = resp.Body.Close()
+	}()
+	code := strconv.Itoa(resp.StatusCode)
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody)) // the status decides; the body only adds a code
+		e := &Error{
+			Status:     resp.StatusCode,
+			Kind:       classify(resp.StatusCode),
+			RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After")),
+			Code:       errorCode(body),
+		}
+		return Result{}, code, e.wrap()
+	}
+
+	res := Result{
+		Status:   resp.StatusCode,
+		Replayed: strings.EqualFold(resp.Header.Get("Idempotent-Replayed"), "true"),
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
+	if err != nil {
+		// The status says charged, but the answer broke off. Retrying with
+		// the same key is harmless and gets the stored answer, charge id
+		// included, so treat it like any other lost answer.
+		return Result{}, "error", c.noAnswer(ctx, attemptCtx, fmt.Errorf("reading %d answer: %w", resp.StatusCode, err))
+	}
+	if len(body) <= maxResponseBody {
+		res.ChargeID = chargeID(body)
+	}
+	return res, code, nil
+}
+
+// noAnswer builds the Transient error of an attempt whose outcome is unknown.
+func (c *Client) noAnswer(ctx, attemptCtx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		if !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w: %w", ctx.Err(), err)
+		}
+	case attemptCtx.Err() != nil:
+		err = fmt.Errorf("no answer within %s: %w", c.timeout, err)
+	}
+	return (&Error{Kind: fault.Transient, Err: err}).wrap()
+}
+
+// chargeID returns the charge_id of a 2xx body, or "" when the body is
+// empty, not JSON, or the id is not a plausible identifier.
+func chargeID(body []byte) string {
+	var v struct {
+		ChargeID string `json:"charge_id"`
+	}
+	if json.Unmarshal(body, &v) != nil || len(v.ChargeID) > maxChargeIDLen || !visibleASCII(v.ChargeID) {
+		return ""
+	}
+	return v.ChargeID
+}
