@@ -4,7 +4,10 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: build test fuzz pg-start pg-stop fmt vet clean
+.PHONY: demo build test fuzz pg-start pg-stop fmt vet clean
+
+demo: build ## the demo: local Kafka (in-process), local Postgres, simulated provider, ~10,000 events, a summary
+	BILLING_DATABASE_URL="$${BILLING_DATABASE_URL:-$$(scripts/pg.sh start)}" go run ./cmd/billing-demo -consumer bin/billing-consumer
 
 build: ## static binary in bin/
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/billing-consumer ./cmd/billing-consumer

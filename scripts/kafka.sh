@@ -48,6 +48,9 @@
 #                         appended last (so they override the defaults)
 #   KAFKA_START_TIMEOUT   90   seconds to wait for readiness
 #   KAFKA_STOP_TIMEOUT    30   seconds to wait for a graceful stop
+#   KAFKA_WARMUP_GROUP    kafka-sh-warmup  readiness also waits for the group
+#                         coordinator of this (never joined) group, which creates
+#                         __consumer_offsets; set empty to skip
 #   JAVA                  java (or $JAVA_HOME/bin/java)
 #   MVN                   mvn
 set -euo pipefail
@@ -66,6 +69,7 @@ KAFKA_JVM_OPTS="${KAFKA_JVM_OPTS:-}"
 KAFKA_EXTRA_CONFIG="${KAFKA_EXTRA_CONFIG:-}"
 KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
 KAFKA_STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-30}"
+KAFKA_WARMUP_GROUP="${KAFKA_WARMUP_GROUP-kafka-sh-warmup}"
 MVN="${MVN:-mvn}"
 if [[ -n "${JAVA:-}" ]]; then :
 elif [[ -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]]; then JAVA="$JAVA_HOME/bin/java"
@@ -123,13 +127,19 @@ fetch() {
   rm -rf "$KAFKA_CACHE"
   mv "$tmp" "$KAFKA_CACHE"
   exec 8>&-
+  probe_dir >/dev/null
   log "fetched $(ls "$KAFKA_CACHE"/*.jar | wc -l) jars ($(du -sh "$KAFKA_CACHE" | cut -f1)) in $(elapsed "$t0")s"
 }
 
 classpath() { echo "$KAFKA_CACHE/*"; }
 
+need_java() {
+  command -v "$JAVA" >/dev/null 2>&1 || die "java not found (JAVA=$JAVA); Kafka $KAFKA_VERSION needs Java 17+"
+}
+
 # run a Kafka CLI class with quiet logging; stdout is the tool's
 run_class() {
+  need_java
   fetch
   local cls="$1"; shift
   "$JAVA" -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
@@ -157,20 +167,57 @@ port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 write_tools_conf() {
   cat >"$TOOLS_CONF" <<EOF
 request.timeout.ms=5000
-default.api.timeout.ms=8000
-retries=2
+default.api.timeout.ms=15000
 EOF
 }
 
-# broker answers a metadata request (AdminClient listTopics)
-serving() {
-  port_open "$KAFKA_HOST" "$KAFKA_PORT" || return 1
-  [[ -f "$TOOLS_CONF" ]] || write_tools_conf
-  timeout 20 "$JAVA" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
-    -Dlog4j2.configurationFile="$ASSETS/tools-log4j2.properties" \
-    -cp "$(classpath)" org.apache.kafka.tools.TopicCommand \
-    --bootstrap-server "$BOOTSTRAP" --command-config "$TOOLS_CONF" --list >/dev/null 2>&1
+# Compile scripts/kafka/KafkaReady.java (an AdminClient readiness probe) into
+# the cache once. Prints the probe's class dir, or nothing if javac is missing.
+probe_dir() {
+  local src="$ASSETS/KafkaReady.java" dir="$KAFKA_CACHE/probe" sum
+  sum="$(sha256sum "$src" | cut -d' ' -f1)"
+  if [[ -f "$dir/KafkaReady.class" && "$(cat "$dir/.sum" 2>/dev/null)" == "$sum" ]]; then
+    echo "$dir"; return 0
+  fi
+  local javac="${JAVAC:-}"
+  if [[ -z "$javac" ]]; then
+    if [[ -x "$(dirname "$(readlink -f "$(command -v "$JAVA")")")/javac" ]]; then
+      javac="$(dirname "$(readlink -f "$(command -v "$JAVA")")")/javac"
+    elif command -v javac >/dev/null 2>&1; then javac=javac
+    else return 0; fi
+  fi
+  local tmp="$dir.tmp.$$"
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  if "$javac" -nowarn -cp "$(classpath)" -d "$tmp" "$src" >/dev/null 2>&1; then
+    echo "$sum" >"$tmp/.sum"
+    rm -rf "$dir"; mv "$tmp" "$dir"
+    echo "$dir"
+  else
+    rm -rf "$tmp"
+  fi
 }
+
+# probe TIMEOUT [WARMUP_GROUP]: broker answers metadata (and the group
+# coordinator answers, which creates __consumer_offsets)
+probe() {
+  local timeout_s="$1" group="${2:-}" dir
+  dir="$(probe_dir)"
+  if [[ -n "$dir" ]]; then
+    timeout $((timeout_s + 10)) "$JAVA" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+      -Dlog4j2.configurationFile="$ASSETS/tools-log4j2.properties" \
+      -Dlog4j2.level=ERROR \
+      -cp "$dir:$(classpath)" KafkaReady "$BOOTSTRAP" "$timeout_s" ${group:+"$group"}
+  else
+    # fallback without javac: TopicCommand --list proves metadata is served
+    [[ -f "$TOOLS_CONF" ]] || write_tools_conf
+    timeout $((timeout_s + 10)) "$JAVA" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+      -Dlog4j2.configurationFile="$ASSETS/tools-log4j2.properties" \
+      -cp "$(classpath)" org.apache.kafka.tools.TopicCommand \
+      --bootstrap-server "$BOOTSTRAP" --command-config "$TOOLS_CONF" --list >/dev/null
+  fi
+}
+
+serving() { port_open "$KAFKA_HOST" "$KAFKA_PORT" && probe 3 >/dev/null 2>&1; }
 
 write_config() {
   cat >"$CONF_FILE" <<EOF
@@ -199,6 +246,15 @@ transaction.state.log.num.partitions=3
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# let tests use short consumer session timeouts (kafka-go SessionTimeout,
+# default 30s): after a broker restart a member whose LeaveGroup was lost
+# blocks every new JoinGroup until its session expires
+group.min.session.timeout.ms=500
+
+# after a crash (kafka.sh kill), the restarted broker can only re-register once the
+# controller has expired its old session (default 9s); heartbeat faster
+broker.heartbeat.interval.ms=1000
+broker.session.timeout.ms=4000
 
 # small and fast for tests
 num.network.threads=2
@@ -214,8 +270,13 @@ EOF
 
 format_storage() {
   local cid
-  # a Kafka cluster id is a base64url-encoded 16-byte UUID (22 chars)
-  cid="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+  # a Kafka cluster id is a base64url-encoded 16-byte UUID (22 chars); like
+  # Kafka's Uuid.randomUuid(), avoid a leading '-' (the CLI parser takes it
+  # for an option)
+  cid="-"
+  while [[ "$cid" == -* ]]; do
+    cid="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+  done
   rm -rf "$DATA_DIR"
   mkdir -p "$DATA_DIR"
   if ! run_class kafka.tools.StorageTool format --ignore-formatted \
@@ -226,14 +287,41 @@ format_storage() {
   log "formatted $DATA_DIR (cluster id $cid)"
 }
 
-launch_and_wait() {
-  local t0="$1" pid
+LOG_MARK=0 # line count of broker.log before this launch
+
+show_log_tail() {
+  echo "----- $LOG_FILE (last 40 lines of this start) -----" >&2
+  tail -n +"$((LOG_MARK + 1))" "$LOG_FILE" 2>/dev/null | tail -n 40 >&2 || true
+  echo "-----" >&2
+}
+
+startup_failed_if_dead() {
+  kill -0 "$1" 2>/dev/null && return 0
+  rm -f "$PID_FILE"
+  show_log_tail
+  die "broker process exited during startup (log: $LOG_FILE)"
+}
+
+startup_timeout() {
+  show_log_tail
+  stop_broker >/dev/null 2>&1 || true
+  die "broker not serving on $BOOTSTRAP after ${KAFKA_START_TIMEOUT}s ($1); stopped it (log: $LOG_FILE)"
+}
+
+check_ports_free() {
   if port_open "$KAFKA_HOST" "$KAFKA_PORT"; then
     die "$BOOTSTRAP is already in use by another process (not the broker in $KAFKA_DIR); set KAFKA_PORT"
   fi
   if port_open "$KAFKA_HOST" "$KAFKA_CONTROLLER_PORT"; then
     die "controller port $KAFKA_HOST:$KAFKA_CONTROLLER_PORT is already in use; set KAFKA_CONTROLLER_PORT"
   fi
+}
+
+launch_and_wait() {
+  local t0="$1" pid tl tp
+  tl="$(now)"
+  LOG_MARK=0
+  if [[ -f "$LOG_FILE" ]]; then LOG_MARK="$(wc -l <"$LOG_FILE")"; fi
   {
     echo "===== $(date -u +%FT%TZ) kafka.sh starting Kafka $KAFKA_VERSION on $BOOTSTRAP ====="
   } >>"$LOG_FILE"
@@ -253,26 +341,30 @@ launch_and_wait() {
   pid="$(cat "$PID_FILE" 2>/dev/null || true)"
   [[ "$pid" =~ ^[0-9]+$ ]] || die "could not launch the broker JVM"
 
-  local deadline=$(( $(date +%s) + KAFKA_START_TIMEOUT ))
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      rm -f "$PID_FILE"
-      echo "----- last 40 lines of $LOG_FILE -----" >&2
-      tail -n 40 "$LOG_FILE" >&2 || true
-      die "broker process exited during startup"
+  local deadline=$(( $(date +%s) + KAFKA_START_TIMEOUT )) left
+  # cheap wait for the listener socket, watching the process
+  while ! port_open "$KAFKA_HOST" "$KAFKA_PORT"; do
+    startup_failed_if_dead "$pid"
+    if (( $(date +%s) >= deadline )); then
+      startup_timeout "port $KAFKA_PORT never opened"
     fi
-    if port_open "$KAFKA_HOST" "$KAFKA_PORT" && serving; then
+    sleep 0.1
+  done
+  tp="$(now)"
+  # then a real metadata round trip (+ group coordinator warm-up)
+  while :; do
+    left=$(( deadline - $(date +%s) )); (( left < 1 )) && left=1
+    if probe "$left" "$KAFKA_WARMUP_GROUP" 2>"$KAFKA_DIR/probe.log"; then
       break
     fi
+    startup_failed_if_dead "$pid"
     if (( $(date +%s) >= deadline )); then
-      echo "----- last 40 lines of $LOG_FILE -----" >&2
-      tail -n 40 "$LOG_FILE" >&2 || true
-      stop_broker >/dev/null 2>&1 || true
-      die "broker not serving on $BOOTSTRAP after ${KAFKA_START_TIMEOUT}s (stopped it)"
+      cat "$KAFKA_DIR/probe.log" >&2 || true
+      startup_timeout "no metadata answer"
     fi
     sleep 0.3
   done
-  log "Kafka $KAFKA_VERSION ready on $BOOTSTRAP (pid $pid, data $DATA_DIR, log $LOG_FILE) in $(elapsed "$t0")s"
+  log "Kafka $KAFKA_VERSION ready on $BOOTSTRAP (pid $pid, data $DATA_DIR, log $LOG_FILE) in $(elapsed "$t0")s [listener up after $(awk -v a="$tl" -v b="$tp" 'BEGIN{printf "%.1f", b-a}')s, probe $(elapsed "$tp")s]"
   echo "$BOOTSTRAP"
 }
 
@@ -308,6 +400,7 @@ lock_dir() {
 
 cmd_start() {
   local t0; t0="$(now)"
+  need_java
   fetch
   lock_dir
   local pid; pid="$(broker_pid)"
@@ -316,17 +409,22 @@ cmd_start() {
     echo "$BOOTSTRAP"
     return 0
   fi
+  check_ports_free
   write_config
   write_tools_conf
+  # fresh broker, fresh log (the previous one is kept as broker.log.1)
+  [[ -f "$LOG_FILE" ]] && mv -f "$LOG_FILE" "$LOG_FILE.1"
   format_storage
   launch_and_wait "$t0"
 }
 
 cmd_restart() {
   local t0; t0="$(now)"
+  need_java
   fetch
   lock_dir
   stop_broker
+  check_ports_free
   write_config
   write_tools_conf
   if [[ ! -f "$DATA_DIR/meta.properties" ]]; then

@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
-# The whole test suite, as `make test` and CI run it: starts the services the
-# tests need (a scratch Postgres, see scripts/pg.sh), then vets and tests
-# every package with the race detector. Nothing is skipped: under this
-# script a test that cannot reach its service fails.
+# The whole test suite, as `make test` and CI run it. It starts the services
+# the tests need — a scratch Postgres (scripts/pg.sh) and a real Apache Kafka
+# broker in KRaft mode (scripts/kafka.sh, jars from Maven Central, cached) —
+# then vets and tests every package with the race detector. Nothing is
+# skipped: with CI set, a test that cannot reach its service fails, and a
+# broker that does not start fails the run.
+#
+# KAFKA=kfake runs the Kafka suites against franz-go's in-process kfake
+# instead, for fast local iterations (never in CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export CI=${CI:-true} # pgtest fails rather than skips when Postgres is missing
+export CI=${CI:-true}
 BILLING_TEST_DATABASE_URL=$(scripts/pg.sh start)
 export BILLING_TEST_DATABASE_URL
 
+if [ "${KAFKA:-real}" = kfake ]; then
+	[ "$CI" = true ] && [ -n "${GITHUB_ACTIONS:-}${CI_RUN:-}" ] && { echo "KAFKA=kfake is not allowed in CI" >&2; exit 1; }
+	unset BILLING_TEST_KAFKA_BROKERS
+	export CI= # kafkatest falls back to kfake only outside CI
+	echo "test.sh: Kafka suites run against in-process kfake" >&2
+else
+	BILLING_TEST_KAFKA_BROKERS=$(scripts/kafka.sh start)
+	export BILLING_TEST_KAFKA_BROKERS
+	echo "test.sh: Kafka suites run against Apache Kafka $(scripts/kafka.sh version) at $BILLING_TEST_KAFKA_BROKERS" >&2
+	trap 'scripts/kafka.sh stop >/dev/null 2>&1 || true' EXIT
+fi
+
 go vet ./...
-go test -race -count=1 -timeout 20m "$@" ./...
+go test -race -count=1 -timeout 30m "$@" ./...

@@ -37,6 +37,16 @@ type config struct {
 	PaymentTokenFile string        `envconfig:"PAYMENT_TOKEN_FILE" desc:"file holding BILLING_PAYMENT_TOKEN (a mounted secret)"`
 	PaymentTimeout   time.Duration `envconfig:"PAYMENT_TIMEOUT" default:"10s" desc:"timeout of one payment request, body included"`
 
+	KafkaCommitInterval   time.Duration `envconfig:"KAFKA_COMMIT_INTERVAL" default:"0s" desc:"batch offset commits on this interval; 0 commits after every event"`
+	KafkaSessionTimeout   time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT" default:"30s" desc:"consumer group session timeout"`
+	KafkaRebalanceTimeout time.Duration `envconfig:"KAFKA_REBALANCE_TIMEOUT" default:"30s" desc:"how long the group waits for members to rejoin; must exceed BILLING_DRAIN_TIMEOUT"`
+	KafkaLagInterval      time.Duration `envconfig:"KAFKA_LAG_INTERVAL" default:"15s" desc:"interval of the consumer-lag query to the brokers"`
+	DrainTimeout          time.Duration `envconfig:"DRAIN_TIMEOUT" default:"15s" desc:"how long in-flight events may finish after a rebalance or SIGTERM before they are abandoned (and redelivered); below the session timeout"`
+	ShutdownTimeout       time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"bound of the whole graceful shutdown; keep the pod's terminationGracePeriodSeconds above it"`
+	MaxAttempts           int           `envconfig:"MAX_ATTEMPTS" default:"8" desc:"attempts of an event failing transiently (5xx, 409, 429, timeout) before it is dead-lettered as exhausted"`
+	RetryBackoff          time.Duration `envconfig:"RETRY_BACKOFF" default:"200ms" desc:"first delay between attempts; doubles each attempt, with 20% jitter"`
+	RetryBackoffMax       time.Duration `envconfig:"RETRY_BACKOFF_MAX" default:"10s" desc:"cap of the delay between attempts"`
+
 	HTTPAddr string `envconfig:"HTTP_ADDR" default:":9090" desc:"listen address of /metrics, /healthz and /readyz"`
 
 	DedupRetention      time.Duration `envconfig:"DEDUP_RETENTION" default:"168h" desc:"how long processed_event rows are kept; older day partitions are dropped"`
@@ -142,6 +152,22 @@ func (c config) validate(n need) error {
 		if c.KafkaGroupID == "" {
 			return v("KAFKA_GROUP_ID", "required")
 		}
+		if c.KafkaCommitInterval < 0 || c.KafkaCommitInterval > time.Minute {
+			return v("KAFKA_COMMIT_INTERVAL", "must be between 0s and 1m, got %s", c.KafkaCommitInterval)
+		}
+		if c.KafkaSessionTimeout < 6*time.Second {
+			return v("KAFKA_SESSION_TIMEOUT", "must be at least 6s (the broker's minimum), got %s", c.KafkaSessionTimeout)
+		}
+		if c.DrainTimeout <= 0 || c.DrainTimeout >= c.KafkaRebalanceTimeout || c.DrainTimeout >= c.KafkaSessionTimeout {
+			return v("DRAIN_TIMEOUT", "must be positive and below BILLING_KAFKA_SESSION_TIMEOUT (%s) and BILLING_KAFKA_REBALANCE_TIMEOUT (%s), got %s",
+				c.KafkaSessionTimeout, c.KafkaRebalanceTimeout, c.DrainTimeout)
+		}
+		if c.ShutdownTimeout <= c.DrainTimeout {
+			return v("SHUTDOWN_TIMEOUT", "must exceed BILLING_DRAIN_TIMEOUT (%s), got %s", c.DrainTimeout, c.ShutdownTimeout)
+		}
+		if c.KafkaLagInterval < time.Second {
+			return v("KAFKA_LAG_INTERVAL", "must be at least 1s, got %s", c.KafkaLagInterval)
+		}
 	}
 	if n.payment {
 		u, err := url.Parse(c.PaymentURL)
@@ -153,6 +179,15 @@ func (c config) validate(n need) error {
 		}
 		if c.PaymentTimeout <= 0 {
 			return v("PAYMENT_TIMEOUT", "must be positive, got %s", c.PaymentTimeout)
+		}
+		if c.MaxAttempts < 1 || c.MaxAttempts > 100 {
+			return v("MAX_ATTEMPTS", "must be between 1 and 100, got %d", c.MaxAttempts)
+		}
+		if c.RetryBackoff <= 0 {
+			return v("RETRY_BACKOFF", "must be positive, got %s", c.RetryBackoff)
+		}
+		if c.RetryBackoffMax < c.RetryBackoff {
+			return v("RETRY_BACKOFF_MAX", "must be at least BILLING_RETRY_BACKOFF (%s), got %s", c.RetryBackoff, c.RetryBackoffMax)
 		}
 	}
 	return nil

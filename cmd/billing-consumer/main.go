@@ -54,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		command, args = args[0], args[1:]
 	}
 	switch command {
+	case "run":
+		return serve(ctx, args, stderr)
 	case "help", "-h", "-help", "--help":
 		return help(stdout)
 	case "version", "--version":

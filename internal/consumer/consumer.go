@@ -1,0 +1,238 @@
+// Package consumer reads a Kafka topic as a member of a consumer group with
+// github.com/segmentio/kafka-go and commits offsets by hand, only for
+// messages the handler has finished, only as a contiguous prefix per
+// partition.
+//
+// Each group generation runs one goroutine per assigned partition. When the
+// generation ends (a rebalance) or Run's context is cancelled, each
+// partition stops fetching, gives its in-flight message up to DrainTimeout
+// to finish, commits what finished, and returns; kafka-go rejoins the group
+// only after every partition goroutine has returned, so no other member can
+// be handed the partition while this one may still commit it.
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Handler processes one message. It returns nil only when the message may
+// be committed: its effects are durable (the billing transaction committed,
+// or the record was acknowledged by the DLQ). Any error means the message
+// was abandoned, typically because ctx ended; it is not committed and will
+// be delivered again. Handlers of different partitions run concurrently.
+type Handler func(ctx context.Context, msg kafka.Message) error
+
+// Config configures a Consumer. Brokers, Topic, GroupID and Logger are
+// required.
+type Config struct {
+	Brokers []string
+	Topic   string
+	GroupID string
+	Dialer  *kafka.Dialer // nil: kafka.DefaultDialer
+
+	// CommitInterval batches offset commits. Zero commits after every
+	// message, synchronously, before the next is handled: the sequential
+	// baseline.
+	CommitInterval time.Duration
+	// DrainTimeout is how long an in-flight message may still run after a
+	// rebalance or shutdown began; then its context is cancelled and it is
+	// abandoned. During a rebalance kafka-go stops heartbeating, so the
+	// drain and the final commit must fit in SessionTimeout (and in
+	// RebalanceTimeout); New rejects a DrainTimeout that does not.
+	DrainTimeout time.Duration
+	// CommitTimeout bounds one offset commit, so a hung broker cannot hold
+	// up a shutdown.
+	CommitTimeout time.Duration
+
+	SessionTimeout    time.Duration // zero: kafka-go's default (30s)
+	RebalanceTimeout  time.Duration // zero: kafka-go's default (30s)
+	HeartbeatInterval time.Duration // zero: kafka-go's default (3s)
+	MaxBytes          int           // largest fetch; zero: 10 MiB
+
+	Logger *slog.Logger
+	// OnCommit, when set, is called after each successful commit of a
+	// partition with the committed offset and the fetch times of the
+	// messages it newly covers. Partitions call it concurrently.
+	OnCommit func(partition int, offset int64, fetched []time.Time)
+}
+
+// Consumer is a consumer group member. Run it once.
+type Consumer struct {
+	cfg    Config
+	handle Handler
+	joined atomic.Bool
+}
+
+// New validates cfg and returns a Consumer that calls handle for each
+// message.
+func New(cfg Config, handle Handler) (*Consumer, error) {
+	switch {
+	case len(cfg.Brokers) == 0:
+		return nil, errors.New("consumer: no brokers")
+	case cfg.Topic == "":
+		return nil, errors.New("consumer: no topic")
+	case cfg.GroupID == "":
+		return nil, errors.New("consumer: no group id")
+	case cfg.Logger == nil:
+		return nil, errors.New("consumer: no logger")
+	}
+	if cfg.Dialer == nil {
+		cfg.Dialer = kafka.DefaultDialer
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 10 * time.Second
+	}
+	if cfg.CommitTimeout <= 0 {
+		cfg.CommitTimeout = 10 * time.Second
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = 10 << 20
+	}
+	session, rebalance := cfg.SessionTimeout, cfg.RebalanceTimeout
+	if session == 0 {
+		session = 30 * time.Second // kafka-go's default
+	}
+	if rebalance == 0 {
+		rebalance = 30 * time.Second
+	}
+	if cfg.DrainTimeout >= session || cfg.DrainTimeout >= rebalance {
+		return nil, fmt.Errorf("consumer: drain timeout %v must be below the session timeout %v and the rebalance timeout %v",
+			cfg.DrainTimeout, session, rebalance)
+	}
+	return &Consumer{cfg: cfg, handle: handle}, nil
+}
+
+// Joined reports whether the consumer is currently a member of a group
+// generation (for /readyz).
+func (c *Consumer) Joined() bool { return c.joined.Load() }
+
+// Run consumes until ctx is cancelled, then drains, commits and leaves the
+// group. It returns nil after a clean shutdown, or the error that made the
+// group unusable.
+func (c *Consumer) Run(ctx context.Context) error {
+	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                c.cfg.GroupID,
+		Brokers:           c.cfg.Brokers,
+		Dialer:            c.cfg.Dialer,
+		Topics:            []string{c.cfg.Topic},
+		StartOffset:       kafka.FirstOffset,
+		SessionTimeout:    c.cfg.SessionTimeout,
+		RebalanceTimeout:  c.cfg.RebalanceTimeout,
+		HeartbeatInterval: c.cfg.HeartbeatInterval,
+		JoinGroupBackoff:  500 * time.Millisecond,
+		ErrorLogger:       kafka.LoggerFunc(func(msg string, args ...any) { c.cfg.Logger.Warn("kafka group: " + fmt.Sprintf(msg, args...)) }),
+	})
+	if err != nil {
+		return fmt.Errorf("consumer group: %w", err)
+	}
+	defer c.leave(group)
+
+	for {
+		gen, err := group.Next(ctx)
+		if err != nil {
+			c.joined.Store(false)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, kafka.ErrGroupClosed) {
+				return err
+			}
+			c.cfg.Logger.Warn("joining consumer group failed, retrying", "group", c.cfg.GroupID, "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		c.runGeneration(ctx, gen)
+		if ctx.Err() != nil {
+			// Every partition has drained and committed while the
+			// generation, and with it the heartbeat, is still alive.
+			return nil
+		}
+	}
+}
+
+// leave closes the group: kafka-go ends the current generation (releasing
+// the partition goroutines parked in runGeneration) and sends LeaveGroup,
+// so the partitions move to another member at once instead of after the
+// session timeout. Bounded: a hung broker must not hold the process.
+func (c *Consumer) leave(group *kafka.ConsumerGroup) {
+	done := make(chan struct{})
+	go func() { _ = group.Close(); close(done) }()
+	select {
+	case <-done:
+		c.cfg.Logger.Info("left consumer group", "group", c.cfg.GroupID)
+	case <-time.After(c.cfg.CommitTimeout):
+		c.cfg.Logger.Warn("leaving consumer group timed out", "group", c.cfg.GroupID)
+	}
+}
+
+// runGeneration starts one goroutine per assigned partition and returns
+// once each has stopped and committed: the generation ended (a rebalance),
+// or ctx was cancelled (shutdown).
+//
+// On shutdown the goroutines do not return to kafka-go after draining: a
+// returning function ends the generation, which stops the heartbeat and
+// makes kafka-go rejoin the group before Run can leave it (a rebalance for
+// nothing, and partitions parked on a member that is going away). They
+// wait instead until leave closes the group.
+func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
+	assigned := gen.Assignments[c.cfg.Topic]
+	parts := make([]string, 0, len(assigned))
+	for _, a := range assigned {
+		parts = append(parts, strconv.Itoa(a.ID))
+	}
+	c.cfg.Logger.Info("partitions assigned", "group", c.cfg.GroupID, "generation", gen.ID,
+		"topic", c.cfg.Topic, "partitions", parts)
+	c.joined.Store(true)
+
+	var drained sync.WaitGroup
+	if len(assigned) == 0 {
+		// More members than partitions: stay a member, idle, until the
+		// generation or the consumer ends.
+		drained.Add(1)
+		gen.Start(func(genCtx context.Context) {
+			select {
+			case <-genCtx.Done():
+				drained.Done()
+			case <-ctx.Done():
+				drained.Done()
+				<-genCtx.Done()
+			}
+		})
+	}
+	for _, a := range assigned {
+		drained.Add(1)
+		gen.Start(func(genCtx context.Context) {
+			stop, cancel := context.WithCancel(ctx)
+			go func() {
+				select {
+				case <-genCtx.Done():
+					cancel()
+				case <-stop.Done():
+				}
+			}()
+			c.consumePartition(stop, gen, a.ID, a.Offset)
+			cancel()
+			drained.Done()
+			if ctx.Err() != nil {
+				<-genCtx.Done() // released by leave
+			}
+		})
+	}
+	drained.Wait()
+	c.joined.Store(false)
+	c.cfg.Logger.Info("partitions revoked", "group", c.cfg.GroupID, "generation", gen.ID,
+		"topic", c.cfg.Topic, "partitions", parts, "shutdown", ctx.Err() != nil)
+}

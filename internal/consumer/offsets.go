@@ -1,0 +1,73 @@
+package consumer
+
+import "time"
+
+// offsets tracks the messages of one partition from fetch to completion and
+// yields the offset that may be committed: the contiguous prefix of
+// completed messages. Messages may complete out of order; the committable
+// offset never passes one that has not completed, so a crash or a revoke
+// redelivers everything unfinished and skips nothing.
+//
+// offsets is not safe for concurrent use; its owner serializes access.
+type offsets struct {
+	pending []pendingMsg // fetched, in offset order; front may be done
+	// next is the offset to commit: the lowest unfinished offset, or one
+	// past the highest fetched when everything fetched is done. -1 until
+	// the first message completes.
+	next int64
+	// committed is the last offset handed to a successful commit.
+	committed int64
+}
+
+type pendingMsg struct {
+	offset  int64
+	fetched time.Time
+	done    bool
+}
+
+func newOffsets() *offsets { return &offsets{next: -1, committed: -1} }
+
+// fetched records a message that was read; offsets must increase.
+func (o *offsets) fetched(offset int64, at time.Time) {
+	o.pending = append(o.pending, pendingMsg{offset: offset, fetched: at})
+}
+
+// done marks offset complete and returns the fetch times of the messages
+// that thereby joined the committable prefix (for the fetch-to-commit
+// latency histogram; observed when the commit succeeds).
+func (o *offsets) done(offset int64) []time.Time {
+	for i := range o.pending {
+		if o.pending[i].offset == offset {
+			o.pending[i].done = true
+			break
+		}
+	}
+	var advanced []time.Time
+	i := 0
+	for ; i < len(o.pending) && o.pending[i].done; i++ {
+		advanced = append(advanced, o.pending[i].fetched)
+		o.next = o.pending[i].offset + 1
+	}
+	o.pending = o.pending[i:]
+	if len(o.pending) > 0 && i > 0 {
+		o.next = o.pending[0].offset
+	}
+	return advanced
+}
+
+// committable returns the offset to commit and whether it is ahead of the
+// last commit.
+func (o *offsets) committable() (int64, bool) {
+	return o.next, o.next > o.committed
+}
+
+// inFlight is the number of fetched messages not yet done.
+func (o *offsets) inFlight() int {
+	n := 0
+	for _, p := range o.pending {
+		if !p.done {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,112 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/consumer"
+	"github.com/billing-consumer/billing-consumer/internal/dlq"
+)
+
+// Produce writes records to topic, partitioned by key hash, acknowledged by
+// all in-sync replicas.
+func Produce(ctx context.Context, brokers []string, topic string, records []kafka.Message) error {
+	// Its own transport: kafka-go's shared default one caches metadata for
+	// seconds and may not know a topic created a moment ago.
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{
+		Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{},
+		RequiredAcks: kafka.RequireAll, BatchTimeout: 5 * time.Millisecond, BatchSize: 500,
+		Transport: tr,
+	}
+	defer w.Close()
+	const chunk = 1000
+	for i := 0; i < len(records); i += chunk {
+		if err := w.WriteMessages(ctx, records[i:min(i+chunk, len(records))]...); err != nil {
+			return fmt.Errorf("produce to %s: %w", topic, err)
+		}
+	}
+	return nil
+}
+
+// Lag returns the group's position on every partition of topic.
+func Lag(ctx context.Context, brokers []string, topic, group string) ([]consumer.PartitionLag, error) {
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
+	return consumer.GroupLag(ctx, client, topic, group)
+}
+
+// WaitDrained polls until the group's committed offset equals the log-end
+// offset on every partition of topic, or ctx ends.
+func WaitDrained(ctx context.Context, brokers []string, topic, group string) error {
+	var last []consumer.PartitionLag
+	for {
+		lags, err := Lag(ctx, brokers, topic, group)
+		if err == nil {
+			last = lags
+			drained := true
+			for _, l := range lags {
+				if l.Committed < 0 || l.Committed != l.End {
+					drained = false
+				}
+			}
+			if drained && len(lags) > 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topic %s not drained by group %s: %+v: %w", topic, group, last, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// DLQRecord is a dead-lettered record as read back.
+type DLQRecord struct {
+	Value   string
+	Reason  dlq.Reason
+	Headers map[string]string
+}
+
+// ReadAll reads every record of topic from the beginning up to the log-end
+// offsets at the time of the call.
+func ReadAll(ctx context.Context, brokers []string, topic string) ([]DLQRecord, error) {
+	lags, err := Lag(ctx, brokers, topic, "harness-reader-never-commits")
+	if err != nil {
+		return nil, err
+	}
+	var out []DLQRecord
+	for _, l := range lags {
+		if l.End == 0 {
+			continue
+		}
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: l.Partition, MaxWait: 100 * time.Millisecond})
+		if err := r.SetOffset(kafka.FirstOffset); err != nil {
+			r.Close()
+			return nil, err
+		}
+		for {
+			m, err := r.FetchMessage(ctx)
+			if err != nil {
+				r.Close()
+				return nil, fmt.Errorf("read %s/%d: %w", topic, l.Partition, err)
+			}
+			h := map[string]string{}
+			for _, hd := range m.Headers {
+				h[hd.Key] = string(hd.Value)
+			}
+			out = append(out, DLQRecord{Value: string(m.Value), Reason: dlq.Reason(h[dlq.HeaderReason]), Headers: h})
+			if m.Offset+1 >= l.End {
+				break
+			}
+		}
+		r.Close()
+	}
+	return out, nil
+}

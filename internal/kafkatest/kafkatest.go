@@ -1,0 +1,127 @@
+// Package kafkatest gives tests a Kafka to talk to: the real broker named by
+// BILLING_TEST_KAFKA_BROKERS (make test starts Apache Kafka with
+// scripts/kafka.sh and sets it), or else an in-process franz-go kfake
+// cluster, which speaks the same wire protocol, for fast hermetic runs.
+//
+// Under CI=true the real broker is required: the suite must not quietly
+// fall back to the fake.
+package kafkatest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// EnvBrokers names the variable with the real broker's host:port list.
+const EnvBrokers = "BILLING_TEST_KAFKA_BROKERS"
+
+// Brokers returns the bootstrap addresses of the broker under test.
+func Brokers(t testing.TB) []string {
+	t.Helper()
+	if s := os.Getenv(EnvBrokers); s != "" {
+		return strings.Split(s, ",")
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s is not set: CI runs the Kafka suite against a real broker (use make test)", EnvBrokers)
+	}
+	return Fake(t)
+}
+
+// Fake starts an in-process kfake cluster of one broker, closed when the
+// test ends.
+func Fake(t testing.TB) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatalf("start kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+// Real reports whether the tests run against a real broker.
+func Real() bool { return os.Getenv(EnvBrokers) != "" }
+
+// UniqueName returns prefix plus a random suffix: tests against a shared
+// real broker must not see each other's topics and groups.
+func UniqueName(prefix string) string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+// CreateTopic creates topic with the given partitions (replication factor
+// 1) and waits until every partition has a leader.
+func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
+	t.Helper()
+	if err := CreateTopicErr(context.Background(), brokers, topic, partitions); err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+}
+
+// CreateTopicErr is CreateTopic for callers without a testing.TB (the demo
+// and benchmark harnesses). It retries while the broker is not ready (a
+// fresh or restarting broker answers with retriable errors for a while).
+func CreateTopicErr(ctx context.Context, brokers []string, topic string, partitions int) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}}
+	created := false
+	var lastErr error
+	for {
+		if !created {
+			res, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+				Topic: topic, NumPartitions: partitions, ReplicationFactor: 1,
+			}}})
+			if err == nil {
+				err = res.Errors[topic]
+			}
+			if err == nil || errors.Is(err, kafka.TopicAlreadyExists) {
+				created = true
+			} else {
+				lastErr = err
+			}
+		}
+		if created {
+			meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+			if err == nil && len(meta.Topics) == 1 && meta.Topics[0].Error == nil && len(meta.Topics[0].Partitions) == partitions {
+				ready := true
+				for _, p := range meta.Topics[0].Partitions {
+					if p.Error != nil || p.Leader.Host == "" {
+						ready = false
+					}
+				}
+				if ready {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topic %s not ready (last error: %v): %w", topic, lastErr, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// FreePort returns a loopback address that was free a moment ago.
+func FreePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
