@@ -174,4 +174,3 @@ func report(t *testing.T, rep harness.Report) {
 		t.Fatalf("SPEC §9 violated:\n%s", strings.Join(rep.Problems, "\n"))
 	}
 }
-
