@@ -28,16 +28,21 @@ type config struct {
 	KafkaGroupID  string   `envconfig:"KAFKA_GROUP_ID" default:"billing-order-confirmed" desc:"consumer group; also the consumer_group column of processed_event"`
 	KafkaDLQTopic string   `envconfig:"KAFKA_DLQ_TOPIC" default:"billing-order-confirmed.dlq" desc:"dead-letter topic"`
 
+	DLQReplayGroupID string `envconfig:"DLQ_REPLAY_GROUP_ID" desc:"consumer group of dlq replay on the dead-letter topic; its committed offsets let the next replay resume (empty: BILLING_KAFKA_GROUP_ID plus .dlq-replay)"`
+	DLQMaxReplays    int    `envconfig:"DLQ_MAX_REPLAYS" default:"3" desc:"dlq replay refuses, and stops at, a record already replayed this many times (its dlq-replay-count header)"`
+
 	DatabaseURL     string `envconfig:"DATABASE_URL" secret:"true" desc:"pgx connection string, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full (required; or DATABASE_URL_FILE)"`
 	DatabaseURLFile string `envconfig:"DATABASE_URL_FILE" desc:"file holding BILLING_DATABASE_URL (a mounted secret)"`
-	DBMaxConns      int32  `envconfig:"DB_MAX_CONNS" default:"16" desc:"Postgres pool size; each in-flight event holds one connection during its charge"`
+	DBMaxConns      int32  `envconfig:"DB_MAX_CONNS" default:"0" desc:"Postgres pool size; each in-flight event holds a connection during its charge, so 0 means BILLING_CONCURRENCY+8"`
 
 	PaymentURL       string        `envconfig:"PAYMENT_URL" desc:"base URL of the payment provider; charges go to {url}/payments/charge (required by run)"`
 	PaymentToken     string        `envconfig:"PAYMENT_TOKEN" secret:"true" desc:"bearer token for the payment provider (optional; or PAYMENT_TOKEN_FILE)"`
 	PaymentTokenFile string        `envconfig:"PAYMENT_TOKEN_FILE" desc:"file holding BILLING_PAYMENT_TOKEN (a mounted secret)"`
 	PaymentTimeout   time.Duration `envconfig:"PAYMENT_TIMEOUT" default:"10s" desc:"timeout of one payment request, body included"`
 
-	KafkaCommitInterval   time.Duration `envconfig:"KAFKA_COMMIT_INTERVAL" default:"0s" desc:"batch offset commits on this interval; 0 commits after every event"`
+	Concurrency           int           `envconfig:"CONCURRENCY" default:"64" desc:"events processed at once by this instance, across partitions; events with the same record key always run one at a time, in order. 1 with BILLING_KAFKA_COMMIT_INTERVAL=0 is the sequential mode"`
+	PartitionWindow       int           `envconfig:"PARTITION_WINDOW" default:"1024" desc:"records of one partition fetched but not yet committable; a full window pauses fetching (bounds memory)"`
+	KafkaCommitInterval   time.Duration `envconfig:"KAFKA_COMMIT_INTERVAL" default:"1s" desc:"commit offsets (the finished prefix of each partition) on this interval, and on revoke and shutdown; 0 commits after every event"`
 	KafkaSessionTimeout   time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT" default:"30s" desc:"consumer group session timeout"`
 	KafkaRebalanceTimeout time.Duration `envconfig:"KAFKA_REBALANCE_TIMEOUT" default:"30s" desc:"how long the group waits for members to rejoin; must exceed BILLING_DRAIN_TIMEOUT"`
 	KafkaLagInterval      time.Duration `envconfig:"KAFKA_LAG_INTERVAL" default:"15s" desc:"interval of the consumer-lag query to the brokers"`
@@ -97,8 +102,9 @@ func secret(name, value, file string) (string, error) {
 	return s, nil
 }
 
-// need says which settings a command requires.
-type need struct{ kafka, payment bool }
+// need says which settings a command requires. The database is required
+// unless withoutDB says otherwise (dlq replay): the zero value stays safe.
+type need struct{ kafka, payment, withoutDB bool }
 
 // validate checks the settings a command uses. Each error names one
 // variable.
@@ -106,15 +112,21 @@ func (c config) validate(n need) error {
 	v := func(name, format string, args ...any) error {
 		return fmt.Errorf("%s_%s: %s", envPrefix, name, fmt.Sprintf(format, args...))
 	}
-	if c.DatabaseURL == "" {
+	if !n.withoutDB && c.DatabaseURL == "" {
 		return v("DATABASE_URL", "required (or BILLING_DATABASE_URL_FILE)")
 	}
-	if !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") &&
+	if !n.withoutDB && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") &&
 		!strings.Contains(c.DatabaseURL, "=") {
 		return v("DATABASE_URL", "not a postgres:// URL or key=value connection string")
 	}
-	if c.DBMaxConns < 1 {
-		return v("DB_MAX_CONNS", "must be at least 1, got %d", c.DBMaxConns)
+	if c.DBMaxConns < 0 {
+		return v("DB_MAX_CONNS", "must be 0 (automatic) or positive, got %d", c.DBMaxConns)
+	}
+	if c.Concurrency < 1 || c.Concurrency > 4096 {
+		return v("CONCURRENCY", "must be between 1 and 4096, got %d", c.Concurrency)
+	}
+	if c.PartitionWindow < 1 || c.PartitionWindow > 1_000_000 {
+		return v("PARTITION_WINDOW", "must be between 1 and 1000000, got %d", c.PartitionWindow)
 	}
 	if c.DedupRetention < 24*time.Hour {
 		return v("DEDUP_RETENTION", "must be at least 24h (a redelivery may come a day late), got %s", c.DedupRetention)
@@ -190,7 +202,26 @@ func (c config) validate(n need) error {
 			return v("RETRY_BACKOFF_MAX", "must be at least BILLING_RETRY_BACKOFF (%s), got %s", c.RetryBackoff, c.RetryBackoffMax)
 		}
 	}
+	if n.kafka {
+		if c.DLQMaxReplays < 1 || c.DLQMaxReplays > 100 {
+			return v("DLQ_MAX_REPLAYS", "must be between 1 and 100, got %d", c.DLQMaxReplays)
+		}
+		// Joining the consumers' group with another topic would rebalance
+		// them, and replay would commit as if it were billing.
+		if c.dlqReplayGroup() == c.KafkaGroupID {
+			return v("DLQ_REPLAY_GROUP_ID", "must differ from BILLING_KAFKA_GROUP_ID")
+		}
+	}
 	return nil
+}
+
+// dbMaxConns is the pool size: BILLING_DB_MAX_CONNS, or enough for every
+// in-flight event plus the background work when it is 0.
+func (c config) dbMaxConns() int32 {
+	if c.DBMaxConns > 0 {
+		return c.DBMaxConns
+	}
+	return int32(c.Concurrency) + 8
 }
 
 func (c config) logLevel() (slog.Level, error) {

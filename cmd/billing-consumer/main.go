@@ -74,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			_, err := maintainer(cfg, pool, logger).RunOnce(ctx)
 			return err
 		})
+	case "dlq":
+		return dlqCommand(ctx, args, stdout, stderr)
 	}
 	return fmt.Errorf("unknown command %q: %w", command, errUsage)
 }
@@ -126,7 +128,7 @@ func openPool(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, errors.New("BILLING_DATABASE_URL: not a valid connection string")
 	}
-	pc.MaxConns = cfg.DBMaxConns
+	pc.MaxConns = cfg.dbMaxConns()
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
@@ -154,6 +156,10 @@ Usage:
   billing-consumer [run]                          consume until SIGTERM/SIGINT, then shut down gracefully
   billing-consumer migrate                        apply the embedded database migrations and exit
   billing-consumer retention                      one pass of dedup partition maintenance and exit
+  billing-consumer dlq replay [--max N] [--dry-run] [--reason R]
+                                                  republish dead-lettered records (R: invalid, permanent, conflict
+                                                  or exhausted) to the source topic from where the last replay
+                                                  stopped, print a summary and exit; -h for details
   billing-consumer help                           this text
   billing-consumer version                        version, commit and Go version
 

@@ -58,7 +58,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		BaseURL:  cfg.PaymentURL,
 		Token:    cfg.PaymentToken,
 		Timeout:  cfg.PaymentTimeout,
-		MaxConns: int(cfg.DBMaxConns),
+		MaxConns: cfg.Concurrency,
 		Observe: func(code string, elapsed time.Duration) {
 			m.PaymentRequests.WithLabelValues(code).Inc()
 			m.PaymentDuration.Observe(elapsed.Seconds())
@@ -98,6 +98,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Brokers:          cfg.KafkaBrokers,
 		Topic:            topic,
 		GroupID:          cfg.KafkaGroupID,
+		Concurrency:      cfg.Concurrency,
+		PartitionWindow:  cfg.PartitionWindow,
 		CommitInterval:   cfg.KafkaCommitInterval,
 		DrainTimeout:     cfg.DrainTimeout,
 		SessionTimeout:   cfg.KafkaSessionTimeout,

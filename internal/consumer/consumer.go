@@ -39,9 +39,15 @@ type Config struct {
 	GroupID string
 	Dialer  *kafka.Dialer // nil: kafka.DefaultDialer
 
+	// Concurrency caps the handlers running at once across all partitions
+	// of this consumer. Messages with the same key always run one at a
+	// time, in offset order. 1 is the sequential baseline.
+	Concurrency int
+	// PartitionWindow caps the messages of one partition that are fetched
+	// but not yet committable; a full window pauses fetching. Zero: 1024.
+	PartitionWindow int
 	// CommitInterval batches offset commits. Zero commits after every
-	// message, synchronously, before the next is handled: the sequential
-	// baseline.
+	// completed message: with Concurrency 1, the sequential baseline.
 	CommitInterval time.Duration
 	// DrainTimeout is how long an in-flight message may still run after a
 	// rebalance or shutdown began; then its context is cancelled and it is
@@ -70,6 +76,7 @@ type Consumer struct {
 	cfg    Config
 	handle Handler
 	joined atomic.Bool
+	slots  chan struct{} // one per running handler, Concurrency in all
 }
 
 // New validates cfg and returns a Consumer that calls handle for each
@@ -97,6 +104,12 @@ func New(cfg Config, handle Handler) (*Consumer, error) {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 10 << 20
 	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 1
+	}
+	if cfg.PartitionWindow <= 0 {
+		cfg.PartitionWindow = 1024
+	}
 	session, rebalance := cfg.SessionTimeout, cfg.RebalanceTimeout
 	if session == 0 {
 		session = 30 * time.Second // kafka-go's default
@@ -108,7 +121,7 @@ func New(cfg Config, handle Handler) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer: drain timeout %v must be below the session timeout %v and the rebalance timeout %v",
 			cfg.DrainTimeout, session, rebalance)
 	}
-	return &Consumer{cfg: cfg, handle: handle}, nil
+	return &Consumer{cfg: cfg, handle: handle, slots: make(chan struct{}, cfg.Concurrency)}, nil
 }
 
 // Joined reports whether the consumer is currently a member of a group

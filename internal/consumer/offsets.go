@@ -1,6 +1,10 @@
 package consumer
 
-import "time"
+import (
+	"cmp"
+	"slices"
+	"time"
+)
 
 // offsets tracks the messages of one partition from fetch to completion and
 // yields the offset that may be committed: the contiguous prefix of
@@ -36,11 +40,10 @@ func (o *offsets) fetched(offset int64, at time.Time) {
 // that thereby joined the committable prefix (for the fetch-to-commit
 // latency histogram; observed when the commit succeeds).
 func (o *offsets) done(offset int64) []time.Time {
-	for i := range o.pending {
-		if o.pending[i].offset == offset {
-			o.pending[i].done = true
-			break
-		}
+	if i, found := slices.BinarySearchFunc(o.pending, offset, func(p pendingMsg, off int64) int {
+		return cmp.Compare(p.offset, off)
+	}); found {
+		o.pending[i].done = true
 	}
 	var advanced []time.Time
 	i := 0
@@ -60,6 +63,10 @@ func (o *offsets) done(offset int64) []time.Time {
 func (o *offsets) committable() (int64, bool) {
 	return o.next, o.next > o.committed
 }
+
+// window is the number of fetched messages not yet committable: what the
+// partition holds in memory.
+func (o *offsets) window() int { return len(o.pending) }
 
 // inFlight is the number of fetched messages not yet done.
 func (o *offsets) inFlight() int {
