@@ -92,9 +92,25 @@ func (h *Handler) Handle(ctx context.Context, msg kafka.Message) error {
 	if err != nil {
 		return h.deadLetter(ctx, msg, nil, dlq.Invalid, err, 1)
 	}
-	b := h.backoff()
+	// Transient retries and systemic waits back off separately: a long
+	// outage must not leave the event's next transient retry at the cap.
+	transient, systemic := h.backoff(), h.backoff()
+	// The event counts as stalled from its first systemic failure until it
+	// has any other outcome, attempts in between included, so /readyz does
+	// not flicker to ready while the failing call is under way.
+	stalled := false
+	defer func() {
+		if stalled {
+			h.stalled.Add(-1)
+		}
+	}()
 	for attempt := 1; ; attempt++ {
 		res, err := h.cfg.Biller.Process(ctx, ev)
+		if stalled && fault.KindOf(err) != fault.Systemic {
+			stalled = false
+			h.stalled.Add(-1)
+			systemic = h.backoff()
+		}
 		if err == nil {
 			h.cfg.Metrics.Events.WithLabelValues(string(res.Outcome)).Inc()
 			if res.DedupBypassed {
@@ -117,7 +133,13 @@ func (h *Handler) Handle(ctx context.Context, msg kafka.Message) error {
 			// Not the event's fault: wait it out, however long, without
 			// spending the event's attempts.
 			attempt--
-			if err := h.waitSystemic(ctx, ev, err, b); err != nil {
+			if !stalled {
+				stalled = true
+				h.stalled.Add(1)
+			}
+			h.cfg.Metrics.Retries.WithLabelValues(fault.Systemic.String()).Inc()
+			h.cfg.Logger.Error("systemic failure, pausing this event", "event_id", ev.EventID, "err", err)
+			if err := sleep(ctx, systemic); err != nil {
 				return err
 			}
 			continue
@@ -128,18 +150,10 @@ func (h *Handler) Handle(ctx context.Context, msg kafka.Message) error {
 		h.cfg.Metrics.Retries.WithLabelValues(kind.String()).Inc()
 		h.cfg.Logger.Warn("event failed, retrying", "event_id", ev.EventID, "order_id", ev.OrderID,
 			"attempt", attempt, "err", err)
-		if err := sleep(ctx, b); err != nil {
+		if err := sleep(ctx, transient); err != nil {
 			return err
 		}
 	}
-}
-
-func (h *Handler) waitSystemic(ctx context.Context, ev events.OrderConfirmed, cause error, b retry.Backoff) error {
-	h.stalled.Add(1)
-	defer h.stalled.Add(-1)
-	h.cfg.Metrics.Retries.WithLabelValues(fault.Systemic.String()).Inc()
-	h.cfg.Logger.Error("systemic failure, pausing this event", "event_id", ev.EventID, "err", cause)
-	return sleep(ctx, b)
 }
 
 // deadLetter writes msg to the DLQ, retrying until it is acknowledged or
