@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -19,47 +20,52 @@ import (
 const envPrefix = "BILLING"
 
 // config is every setting of billing-consumer, read from BILLING_*
-// variables by envconfig. The desc tags are the help text; "secret" marks
+// variables by envconfig. Names come from split_words: an explicit
+// envconfig:"NAME" tag would make envconfig fall back to the bare,
+// unprefixed NAME (a DATABASE_URL meant for another program) when the
+// BILLING_ one is unset. The desc tags are the help text; "secret" marks
 // values that never appear in an error or log line and that may also be
 // given as a file named by <VARIABLE>_FILE.
 type config struct {
-	KafkaBrokers  []string `envconfig:"KAFKA_BROKERS" desc:"comma-separated host:port list of Kafka bootstrap brokers (required by run and dlq)"`
-	KafkaTopic    string   `envconfig:"KAFKA_TOPIC" default:"order-service.order.confirmed" desc:"source topic of order.confirmed events"`
-	KafkaGroupID  string   `envconfig:"KAFKA_GROUP_ID" default:"billing-order-confirmed" desc:"consumer group; also the consumer_group column of processed_event"`
-	KafkaDLQTopic string   `envconfig:"KAFKA_DLQ_TOPIC" default:"billing-order-confirmed.dlq" desc:"dead-letter topic"`
+	KafkaBrokers  []string `split_words:"true" desc:"comma-separated host:port list of Kafka bootstrap brokers (required by run and dlq)"`
+	KafkaTopic    string   `split_words:"true" default:"order-service.order.confirmed" desc:"source topic of order.confirmed events"`
+	KafkaGroupID  string   `split_words:"true" default:"billing-order-confirmed" desc:"consumer group; also the consumer_group column of processed_event"`
+	KafkaDLQTopic string   `split_words:"true" default:"billing-order-confirmed.dlq" desc:"dead-letter topic"`
 
-	DLQReplayGroupID string `envconfig:"DLQ_REPLAY_GROUP_ID" desc:"consumer group of dlq replay on the dead-letter topic; its committed offsets let the next replay resume (empty: BILLING_KAFKA_GROUP_ID plus .dlq-replay)"`
-	DLQMaxReplays    int    `envconfig:"DLQ_MAX_REPLAYS" default:"3" desc:"dlq replay refuses, and stops at, a record already replayed this many times (its dlq-replay-count header)"`
+	DLQReplayGroupID string `split_words:"true" desc:"consumer group of dlq replay on the dead-letter topic; its committed offsets let the next replay resume (empty: BILLING_KAFKA_GROUP_ID plus .dlq-replay)"`
+	DLQMaxReplays    int    `split_words:"true" default:"3" desc:"dlq replay refuses, and stops at, a record already replayed this many times (its dlq-replay-count header)"`
 
-	DatabaseURL     string `envconfig:"DATABASE_URL" secret:"true" desc:"pgx connection string, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full (required; or DATABASE_URL_FILE)"`
-	DatabaseURLFile string `envconfig:"DATABASE_URL_FILE" desc:"file holding BILLING_DATABASE_URL (a mounted secret)"`
-	DBMaxConns      int32  `envconfig:"DB_MAX_CONNS" default:"0" desc:"Postgres pool size; each in-flight event holds a connection during its charge, so 0 means BILLING_CONCURRENCY+8"`
+	DatabaseURL     string `split_words:"true" secret:"true" desc:"pgx connection string, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full (required; or DATABASE_URL_FILE)"`
+	DatabaseURLFile string `split_words:"true" desc:"file holding BILLING_DATABASE_URL (a mounted secret)"`
+	DBMaxConns      int32  `split_words:"true" default:"0" desc:"Postgres pool size; each in-flight event holds a connection during its charge, so 0 means BILLING_CONCURRENCY+8"`
 
-	PaymentURL       string        `envconfig:"PAYMENT_URL" desc:"base URL of the payment provider; charges go to {url}/payments/charge (required by run)"`
-	PaymentToken     string        `envconfig:"PAYMENT_TOKEN" secret:"true" desc:"bearer token for the payment provider (optional; or PAYMENT_TOKEN_FILE)"`
-	PaymentTokenFile string        `envconfig:"PAYMENT_TOKEN_FILE" desc:"file holding BILLING_PAYMENT_TOKEN (a mounted secret)"`
-	PaymentTimeout   time.Duration `envconfig:"PAYMENT_TIMEOUT" default:"10s" desc:"timeout of one payment request, body included"`
+	PaymentURL       string        `split_words:"true" desc:"base URL of the payment provider; charges go to {url}/payments/charge (required by run)"`
+	PaymentToken     string        `split_words:"true" secret:"true" desc:"bearer token for the payment provider (optional; or PAYMENT_TOKEN_FILE)"`
+	PaymentTokenFile string        `split_words:"true" desc:"file holding BILLING_PAYMENT_TOKEN (a mounted secret)"`
+	PaymentTimeout   time.Duration `split_words:"true" default:"10s" desc:"timeout of one payment request, body included"`
 
-	Concurrency           int           `envconfig:"CONCURRENCY" default:"64" desc:"events processed at once by this instance, across partitions; events with the same record key always run one at a time, in order. 1 with BILLING_KAFKA_COMMIT_INTERVAL=0 is the sequential mode"`
-	PartitionWindow       int           `envconfig:"PARTITION_WINDOW" default:"1024" desc:"records of one partition fetched but not yet committable; a full window pauses fetching (bounds memory)"`
-	KafkaCommitInterval   time.Duration `envconfig:"KAFKA_COMMIT_INTERVAL" default:"1s" desc:"commit offsets (the finished prefix of each partition) on this interval, and on revoke and shutdown; 0 commits after every event"`
-	KafkaSessionTimeout   time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT" default:"30s" desc:"consumer group session timeout"`
-	KafkaRebalanceTimeout time.Duration `envconfig:"KAFKA_REBALANCE_TIMEOUT" default:"30s" desc:"how long the group waits for members to rejoin; must exceed BILLING_DRAIN_TIMEOUT"`
-	KafkaLagInterval      time.Duration `envconfig:"KAFKA_LAG_INTERVAL" default:"15s" desc:"interval of the consumer-lag query to the brokers"`
-	DrainTimeout          time.Duration `envconfig:"DRAIN_TIMEOUT" default:"15s" desc:"how long in-flight events may finish after a rebalance or SIGTERM before they are abandoned (and redelivered); below the session timeout"`
-	ShutdownTimeout       time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"bound of the whole graceful shutdown; keep the pod's terminationGracePeriodSeconds above it"`
-	MaxAttempts           int           `envconfig:"MAX_ATTEMPTS" default:"8" desc:"attempts of an event failing transiently (5xx, 409, 429, timeout) before it is dead-lettered as exhausted"`
-	RetryBackoff          time.Duration `envconfig:"RETRY_BACKOFF" default:"200ms" desc:"first delay between attempts; doubles each attempt, with 20% jitter"`
-	RetryBackoffMax       time.Duration `envconfig:"RETRY_BACKOFF_MAX" default:"10s" desc:"cap of the delay between attempts"`
+	Concurrency           int           `split_words:"true" default:"64" desc:"events processed at once by this instance, across partitions; events with the same record key always run one at a time, in order. 1 with BILLING_KAFKA_COMMIT_INTERVAL=0 is the sequential mode"`
+	PartitionWindow       int           `split_words:"true" default:"1024" desc:"records of one partition fetched but not yet committable; a full window pauses fetching (bounds memory)"`
+	KafkaCommitInterval   time.Duration `split_words:"true" default:"1s" desc:"commit offsets (the finished prefix of each partition) on this interval, and on revoke and shutdown; 0 commits after every event"`
+	KafkaSessionTimeout   time.Duration `split_words:"true" default:"30s" desc:"consumer group session timeout"`
+	KafkaRebalanceTimeout time.Duration `split_words:"true" default:"30s" desc:"how long the group waits for members to rejoin; must exceed BILLING_DRAIN_TIMEOUT"`
+	KafkaLagInterval      time.Duration `split_words:"true" default:"15s" desc:"interval of the consumer-lag query to the brokers"`
+	DrainTimeout          time.Duration `split_words:"true" default:"15s" desc:"how long in-flight events may finish after a rebalance or SIGTERM before they are abandoned (and redelivered); below the session timeout"`
+	ShutdownTimeout       time.Duration `split_words:"true" default:"30s" desc:"bound of the whole graceful shutdown; keep the pod's terminationGracePeriodSeconds above it"`
+	MaxAttempts           int           `split_words:"true" default:"8" desc:"attempts of an event failing transiently (5xx, 409, 429, timeout) before it is dead-lettered as exhausted"`
+	RetryBackoff          time.Duration `split_words:"true" default:"200ms" desc:"first delay between attempts; doubles each attempt, with 20% jitter"`
+	RetryBackoffMax       time.Duration `split_words:"true" default:"10s" desc:"cap of the delay between attempts"`
 
-	HTTPAddr string `envconfig:"HTTP_ADDR" default:":9090" desc:"listen address of /metrics, /healthz and /readyz"`
+	OutageThreshold int `split_words:"true" default:"10" desc:"distinct events failing transiently in a row (no success between) that mean the provider or database is down: the service then pauses instead of dead-lettering; 0 disables"`
 
-	DedupRetention      time.Duration `envconfig:"DEDUP_RETENTION" default:"168h" desc:"how long processed_event rows are kept; older day partitions are dropped"`
-	DedupPartitionAhead int           `envconfig:"DEDUP_PARTITIONS_AHEAD" default:"3" desc:"days of processed_event partitions created ahead of today (at least 2)"`
-	DedupLockTimeout    time.Duration `envconfig:"DEDUP_LOCK_TIMEOUT" default:"2s" desc:"how long a partition CREATE or DROP may wait for its table lock before the pass gives up"`
-	RetentionInterval   time.Duration `envconfig:"RETENTION_INTERVAL" default:"1h" desc:"interval of the running consumer's partition maintenance"`
+	HTTPAddr string `split_words:"true" default:":9090" desc:"listen address of /metrics, /healthz and /readyz"`
 
-	LogLevel string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	DedupRetention       time.Duration `split_words:"true" default:"168h" desc:"how long processed_event rows are kept; older day partitions are dropped"`
+	DedupPartitionsAhead int           `split_words:"true" default:"3" desc:"days of processed_event partitions created ahead of today (at least 2)"`
+	DedupLockTimeout     time.Duration `split_words:"true" default:"2s" desc:"how long a partition CREATE or DROP may wait for its table lock before the pass gives up"`
+	RetentionInterval    time.Duration `split_words:"true" default:"1h" desc:"interval of the running consumer's partition maintenance"`
+
+	LogLevel string `split_words:"true" default:"info" desc:"debug, info, warn or error"`
 }
 
 // loadConfig reads the environment and resolves *_FILE secrets. Its errors
@@ -72,6 +78,11 @@ func loadConfig() (config, error) {
 			return c, fmt.Errorf("%s: cannot parse %q as %s", pe.KeyName, pe.Value, pe.TypeName)
 		}
 		return c, err
+	}
+	// The same list is validated and used: no stray spaces. An empty entry
+	// stays, for validate to reject.
+	for i, b := range c.KafkaBrokers {
+		c.KafkaBrokers[i] = strings.TrimSpace(b)
 	}
 	var err error
 	if c.DatabaseURL, err = secret("DATABASE_URL", c.DatabaseURL, c.DatabaseURLFile); err != nil {
@@ -131,8 +142,8 @@ func (c config) validate(n need) error {
 	if c.DedupRetention < 24*time.Hour {
 		return v("DEDUP_RETENTION", "must be at least 24h (a redelivery may come a day late), got %s", c.DedupRetention)
 	}
-	if c.DedupPartitionAhead < 2 || c.DedupPartitionAhead > 60 {
-		return v("DEDUP_PARTITIONS_AHEAD", "must be between 2 and 60, got %d", c.DedupPartitionAhead)
+	if c.DedupPartitionsAhead < 2 || c.DedupPartitionsAhead > 60 {
+		return v("DEDUP_PARTITIONS_AHEAD", "must be between 2 and 60, got %d", c.DedupPartitionsAhead)
 	}
 	if c.DedupLockTimeout <= 0 {
 		return v("DEDUP_LOCK_TIMEOUT", "must be positive, got %s", c.DedupLockTimeout)
@@ -148,8 +159,8 @@ func (c config) validate(n need) error {
 			return v("KAFKA_BROKERS", "required")
 		}
 		for _, b := range c.KafkaBrokers {
-			host, port, ok := strings.Cut(strings.TrimSpace(b), ":")
-			if p, err := strconv.Atoi(port); !ok || host == "" || err != nil || p < 1 || p > 65535 {
+			host, port, err := net.SplitHostPort(b)
+			if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
 				return v("KAFKA_BROKERS", "%q is not host:port", b)
 			}
 		}
@@ -167,8 +178,8 @@ func (c config) validate(n need) error {
 		if c.KafkaCommitInterval < 0 || c.KafkaCommitInterval > time.Minute {
 			return v("KAFKA_COMMIT_INTERVAL", "must be between 0s and 1m, got %s", c.KafkaCommitInterval)
 		}
-		if c.KafkaSessionTimeout < 6*time.Second {
-			return v("KAFKA_SESSION_TIMEOUT", "must be at least 6s (the broker's minimum), got %s", c.KafkaSessionTimeout)
+		if c.KafkaSessionTimeout < time.Second {
+			return v("KAFKA_SESSION_TIMEOUT", "must be at least 1s (brokers also enforce group.min.session.timeout.ms, 6s by default), got %s", c.KafkaSessionTimeout)
 		}
 		if c.DrainTimeout <= 0 || c.DrainTimeout >= c.KafkaRebalanceTimeout || c.DrainTimeout >= c.KafkaSessionTimeout {
 			return v("DRAIN_TIMEOUT", "must be positive and below BILLING_KAFKA_SESSION_TIMEOUT (%s) and BILLING_KAFKA_REBALANCE_TIMEOUT (%s), got %s",
@@ -194,6 +205,9 @@ func (c config) validate(n need) error {
 		}
 		if c.MaxAttempts < 1 || c.MaxAttempts > 100 {
 			return v("MAX_ATTEMPTS", "must be between 1 and 100, got %d", c.MaxAttempts)
+		}
+		if c.OutageThreshold < 0 || c.OutageThreshold > 10000 {
+			return v("OUTAGE_THRESHOLD", "must be between 0 and 10000, got %d", c.OutageThreshold)
 		}
 		if c.RetryBackoff <= 0 {
 			return v("RETRY_BACKOFF", "must be positive, got %s", c.RetryBackoff)

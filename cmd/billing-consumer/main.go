@@ -57,8 +57,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "run":
 		return serve(ctx, args, stderr)
 	case "help", "-h", "-help", "--help":
+		if err := noFlags("help", args); err != nil {
+			return err
+		}
 		return help(stdout)
 	case "version", "--version":
+		if err := noFlags("version", args); err != nil {
+			return err
+		}
 		fmt.Fprintf(stdout, "billing-consumer %s (commit %s, %s)\n", version, commit, runtime.Version())
 		return nil
 	case "migrate":
@@ -144,7 +150,7 @@ func openPool(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
 
 func maintainer(cfg config, pool *pgxpool.Pool, logger *slog.Logger) *dedup.Maintainer {
 	return &dedup.Maintainer{
-		Pool: pool, Retention: cfg.DedupRetention, Ahead: cfg.DedupPartitionAhead,
+		Pool: pool, Retention: cfg.DedupRetention, Ahead: cfg.DedupPartitionsAhead,
 		LockTimeout: cfg.DedupLockTimeout, Now: time.Now, Logger: logger,
 	}
 }

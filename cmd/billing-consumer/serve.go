@@ -81,14 +81,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	defer dlqWriter.Close()
 
 	handler, err := pipeline.New(pipeline.Config{
-		Biller:      billing.New(pool, payer, cfg.KafkaGroupID, time.Now, logger),
-		DLQ:         dlqWriter,
-		Metrics:     m,
-		Logger:      logger,
-		Now:         time.Now,
-		MaxAttempts: cfg.MaxAttempts,
-		BackoffBase: cfg.RetryBackoff,
-		BackoffMax:  cfg.RetryBackoffMax,
+		Biller:          billing.New(pool, payer, cfg.KafkaGroupID, time.Now, logger),
+		DLQ:             dlqWriter,
+		Metrics:         m,
+		Logger:          logger,
+		Now:             time.Now,
+		MaxAttempts:     cfg.MaxAttempts,
+		OutageThreshold: cfg.OutageThreshold,
+		BackoffBase:     cfg.RetryBackoff,
+		BackoffMax:      cfg.RetryBackoffMax,
 	})
 	if err != nil {
 		return err

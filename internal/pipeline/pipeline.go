@@ -13,6 +13,9 @@
 //	                         database outage or rejected credentials must
 //	                         not send healthy events to the DLQ
 //
+// Transient failures of OutageThreshold distinct events in a row, with no
+// success between them, are an outage and are treated as Systemic too.
+//
 // Every retry bills the same event again, so the payment call carries the
 // same Idempotency-Key and body.
 package pipeline
@@ -22,9 +25,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
 	"github.com/sethvargo/go-retry"
 
@@ -56,6 +61,13 @@ type Config struct {
 	// MaxAttempts is how many times a transiently failing event is tried
 	// before it is dead-lettered as "exhausted".
 	MaxAttempts int
+	// OutageThreshold is how many distinct events must fail transiently in
+	// a row, with no success in between, before the failures are taken as
+	// an outage of a dependency (the provider unreachable or answering 5xx
+	// to everything): from then on transient failures wait like systemic
+	// ones, spending no attempts, instead of draining healthy events into
+	// the DLQ. Zero disables the detection.
+	OutageThreshold int
 	// BackoffBase and BackoffMax shape the delay between attempts:
 	// exponential from BackoffBase, capped at BackoffMax, ±20% jitter.
 	BackoffBase, BackoffMax time.Duration
@@ -66,6 +78,11 @@ type Handler struct {
 	cfg Config
 	// stalled counts handlers waiting out a systemic failure.
 	stalled atomic.Int64
+	// failing holds the events that failed transiently since the last
+	// success; failingN mirrors its size for a lock-free check.
+	mu       sync.Mutex
+	failing  map[uuid.UUID]struct{}
+	failingN atomic.Int64
 }
 
 // New returns a Handler.
@@ -76,7 +93,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.MaxAttempts < 1 || cfg.BackoffBase <= 0 || cfg.BackoffMax < cfg.BackoffBase {
 		return nil, fmt.Errorf("pipeline: invalid retry policy: %d attempts, backoff %v..%v", cfg.MaxAttempts, cfg.BackoffBase, cfg.BackoffMax)
 	}
-	return &Handler{cfg: cfg}, nil
+	return &Handler{cfg: cfg, failing: map[uuid.UUID]struct{}{}}, nil
 }
 
 // Stalled reports whether some event is waiting out a systemic failure
@@ -106,7 +123,14 @@ func (h *Handler) Handle(ctx context.Context, msg kafka.Message) error {
 	}()
 	for attempt := 1; ; attempt++ {
 		res, err := h.cfg.Biller.Process(ctx, ev)
-		if stalled && fault.KindOf(err) != fault.Systemic {
+		kind := fault.KindOf(err)
+		if err != nil && kind == fault.Transient && ctx.Err() == nil && h.outage(ev) {
+			kind = fault.Systemic
+			err = fmt.Errorf("dependency outage (%d events failing in a row): %w", h.failingN.Load(), err)
+		} else if err == nil || kind != fault.Transient {
+			h.recovered()
+		}
+		if stalled && kind != fault.Systemic {
 			stalled = false
 			h.stalled.Add(-1)
 			systemic = h.backoff()
@@ -121,7 +145,6 @@ func (h *Handler) Handle(ctx context.Context, msg kafka.Message) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		kind := fault.KindOf(err)
 		switch kind {
 		case fault.Invalid:
 			return h.deadLetter(ctx, msg, &ev, dlq.Invalid, err, attempt)
@@ -154,6 +177,30 @@ func (h *Handler) Handle(ctx context.Context, msg kafka.Message) error {
 			return err
 		}
 	}
+}
+
+// outage records ev's transient failure and reports whether enough
+// distinct events have failed in a row to call it an outage.
+func (h *Handler) outage(ev events.OrderConfirmed) bool {
+	if h.cfg.OutageThreshold <= 0 {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failing[ev.EventID] = struct{}{}
+	h.failingN.Store(int64(len(h.failing)))
+	return len(h.failing) >= h.cfg.OutageThreshold
+}
+
+// recovered ends a failure streak: something got an answer.
+func (h *Handler) recovered() {
+	if h.failingN.Load() == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(h.failing)
+	h.failingN.Store(0)
 }
 
 // deadLetter writes msg to the DLQ, retrying until it is acknowledged or

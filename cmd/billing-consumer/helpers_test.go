@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// These tests change the process environment with t.Setenv (run reads it
+// through envconfig), so none of them may run in parallel.
+
+// unset, as a value in an env map, removes the variable.
+const unset = "\x00unset"
+
+// cleanEnv removes every BILLING_* variable (the BILLING_TEST_* ones that
+// locate test servers excepted) for the duration of the test, and the
+// unprefixed names of the config fields too (DATABASE_URL, LOG_LEVEL, ...),
+// which envconfig falls back to.
+func cleanEnv(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, envPrefix+"_") && !strings.HasPrefix(k, envPrefix+"_TEST_") {
+			unsetenv(t, k)
+		}
+	}
+	ct := reflect.TypeFor[config]()
+	for i := range ct.NumField() {
+		if alt := ct.Field(i).Tag.Get("envconfig"); alt != "" {
+			if _, ok := os.LookupEnv(alt); ok {
+				unsetenv(t, alt)
+			}
+		}
+	}
+}
+
+func unsetenv(t *testing.T, k string) {
+	t.Helper()
+	t.Setenv(k, "") // restores the old value when the test ends
+	if err := os.Unsetenv(k); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setEnv starts from a clean environment and sets the maps' variables, later
+// maps overriding earlier ones; the value unset removes a variable.
+func setEnv(t *testing.T, envs ...map[string]string) {
+	t.Helper()
+	cleanEnv(t)
+	merged := map[string]string{}
+	for _, env := range envs {
+		for k, v := range env {
+			merged[k] = v
+		}
+	}
+	for k, v := range merged {
+		if v == unset {
+			unsetenv(t, k)
+			continue
+		}
+		t.Setenv(k, v)
+	}
+}
+
+// validEnv is the least a `run` needs; nothing listens at these addresses.
+var validEnv = map[string]string{
+	"BILLING_KAFKA_BROKERS": "127.0.0.1:9092",
+	"BILLING_DATABASE_URL":  "postgres://u:pw@127.0.0.1:1/x",
+	"BILLING_PAYMENT_URL":   "http://127.0.0.1:1",
+}
+
+// writeFile writes content to a fresh file and returns its path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// syncBuffer is a bytes.Buffer the logger may write while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// logLines parses JSON log output, one object per line, failing the test
+// on a line that is not JSON.
+func logLines(t *testing.T, out string) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", sc.Text())
+		}
+		lines = append(lines, m)
+	}
+	return lines
+}
+
+// logsWithMsg returns the log lines whose msg is msg.
+func logsWithMsg(lines []map[string]any, msg string) []map[string]any {
+	var out []map[string]any
+	for _, l := range lines {
+		if l["msg"] == msg {
+			out = append(out, l)
+		}
+	}
+	return out
+}

@@ -1,0 +1,575 @@
+package dlq
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// ParseReason returns the Reason named s, or an error if s is not one of
+// invalid, permanent, conflict, exhausted.
+func ParseReason(s string) (Reason, error) {
+	for _, r := range []Reason{Invalid, Permanent, Conflict, Exhausted} {
+		if s == string(r) {
+			return r, nil
+		}
+	}
+	return "", fmt.Errorf("unknown reason %q (want invalid, permanent, conflict or exhausted)", s)
+}
+
+// ReplayConfig configures a Replayer. Brokers, the topics, GroupID,
+// MaxReplays and Logger are required.
+type ReplayConfig struct {
+	Brokers []string
+	// DLQTopic is read. SourceTopic is the only topic records are
+	// republished to.
+	DLQTopic, SourceTopic string
+	// GroupID is the replayer's own consumer group on DLQTopic; its
+	// committed offsets are the replay position. Never the billing
+	// consumer's group: joining it would rebalance the running consumers.
+	GroupID string
+	// MaxReplays refuses a record whose dlq-replay-count is at least this.
+	MaxReplays int
+
+	Dialer    *kafka.Dialer    // reader and group; nil: kafka.DefaultDialer
+	Transport *kafka.Transport // writer and admin requests; nil: a new one
+	Logger    *slog.Logger
+
+	// Group timings; zero: 10s, 10s, 1s. A replay does a little work per
+	// record, so short timeouts let the next run join quickly after a
+	// killed one.
+	SessionTimeout, RebalanceTimeout, HeartbeatInterval time.Duration
+}
+
+// ReplayOptions are the flags of one run.
+type ReplayOptions struct {
+	// Max stops the run after this many republished records; 0: no limit.
+	Max int
+	// DryRun reads and judges records exactly as a run would, stopping
+	// where it would stop, but republishes and commits nothing, and does not
+	// join the group (a running replay is not disturbed).
+	DryRun bool
+	// Reason, when set, replays only records of this dlq-reason and skips
+	// the others.
+	Reason Reason
+}
+
+// Counts are the records of one reason, or of all.
+type Counts struct{ Replayed, Skipped, Refused int }
+
+// Summary is what a run did. In a dry run, Replayed counts the records
+// that would have been republished.
+type Summary struct {
+	DryRun bool
+	// ByReason is keyed by the dlq-reason header ("" when missing).
+	ByReason map[Reason]Counts
+	Total    Counts
+	// MaxReached is true when the run stopped at ReplayOptions.Max with
+	// records possibly left before the end.
+	MaxReached bool
+}
+
+func (s *Summary) count(r Reason, f func(*Counts)) {
+	c := s.ByReason[r]
+	f(&c)
+	s.ByReason[r] = c
+	f(&s.Total)
+}
+
+// RefusedError is the error of a run that stopped at a record it will not
+// republish. The record is not committed: every later run stops at it
+// again until it is dealt with.
+type RefusedError struct {
+	Topic     string
+	Partition int
+	Offset    int64
+	Why       string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("refused record %s/%d@%d: %s; it is not committed, so replay stops here until it is handled",
+		e.Topic, e.Partition, e.Offset, e.Why)
+}
+
+// Replayer republishes dead-lettered records to the source topic: it is
+// `billing-consumer dlq replay` (SPEC §2, §7). Concurrent runs of one group
+// (in other processes, or other Replayers) split the partitions.
+//
+// Position. The replayer reads the dead-letter topic as its own consumer
+// group and commits by hand, so a run resumes where the last one stopped.
+// Each run reads only up to the log-end offsets seen when it starts, so it
+// ends even while new records keep arriving. The group's offsets live as
+// long as the broker's offsets.retention.minutes after a run; a run after
+// they expired starts over at the oldest retained record (harmless, see
+// below, but it spends replay counts).
+//
+// Per record, in offset order:
+//   - a reason filter is set and dlq-reason differs: skipped. The position
+//     moves past it for good: the group's offset means "decided up to
+//     here", and a later run of the same group, whatever its filter, does
+//     not see it. Another group replays from the start.
+//   - no dlq-original-topic header, one naming another topic than the
+//     configured source topic (a forged or misrouted record must not write
+//     wherever a header says), an unreadable dlq-replay-count, or a
+//     dlq-replay-count at the limit: refused. The run stops with a
+//     *RefusedError naming the record and does NOT commit past it, so every
+//     later run stops there too until an operator deals with it: raises the
+//     limit, or moves the group past it (kafka-consumer-groups --group G
+//     --topic DLQ:P --reset-offsets --to-offset O+1 --execute). A record that
+//     fails again after a replay comes back with its count (Record keeps
+//     dlq-replay-count), so a poison record cannot loop forever.
+//   - otherwise: republished to the source topic with its original key and
+//     value, its original non-dlq headers and dlq-replay-count = previous+1
+//     (every other dlq-* header dropped), partitioned by key hash like the
+//     DLQ writer, acknowledged by all in-sync replicas, and only then
+//     committed.
+//
+// Duplicates are harmless by construction: a crash or rebalance between a
+// republish and its commit republishes the record again, and two replay
+// groups may both republish it; the billing consumer deduplicates on
+// event_id (processed_event) and on the ledger's order_id, and the provider
+// on the Idempotency-Key, so a record delivered twice charges once.
+type Replayer struct {
+	cfg    ReplayConfig
+	client *kafka.Client
+}
+
+// NewReplayer validates cfg and returns a Replayer.
+func NewReplayer(cfg ReplayConfig) (*Replayer, error) {
+	switch {
+	case len(cfg.Brokers) == 0 || cfg.DLQTopic == "" || cfg.SourceTopic == "" || cfg.GroupID == "" || cfg.Logger == nil:
+		return nil, errors.New("dlq replay: brokers, topics, group id and logger are required")
+	case cfg.DLQTopic == cfg.SourceTopic:
+		return nil, errors.New("dlq replay: the dead-letter topic must differ from the source topic")
+	case cfg.MaxReplays < 1:
+		return nil, fmt.Errorf("dlq replay: max replays must be at least 1, got %d", cfg.MaxReplays)
+	}
+	if cfg.Dialer == nil {
+		cfg.Dialer = kafka.DefaultDialer
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = &kafka.Transport{}
+	}
+	cfg.SessionTimeout = cmp.Or(cfg.SessionTimeout, 10*time.Second)
+	cfg.RebalanceTimeout = cmp.Or(cfg.RebalanceTimeout, 10*time.Second)
+	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, time.Second)
+	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: cfg.Transport, Timeout: 10 * time.Second}
+	return &Replayer{cfg: cfg, client: client}, nil
+}
+
+// Run replays from the group's position up to the log-end offsets of the
+// start. It returns the summary of what it did and, if it stopped early, an
+// error: a *RefusedError, ctx's error, or a Kafka failure (after which a
+// rerun resumes; a record republished but not yet committed is republished
+// again, which is harmless).
+func (r *Replayer) Run(ctx context.Context, opts ReplayOptions) (Summary, error) {
+	sum := Summary{DryRun: opts.DryRun, ByReason: map[Reason]Counts{}}
+	if opts.Max < 0 {
+		return sum, fmt.Errorf("max must not be negative, got %d", opts.Max)
+	}
+	if opts.Reason != "" {
+		if _, err := ParseReason(string(opts.Reason)); err != nil {
+			return sum, err
+		}
+	}
+	bounds, err := r.logBounds(ctx)
+	if err != nil {
+		return sum, err
+	}
+	run := &replayRun{r: r, opts: opts, sum: &sum, bounds: bounds,
+		log: r.cfg.Logger.With("dlq_topic", r.cfg.DLQTopic, "group", r.cfg.GroupID, "dry_run", opts.DryRun)}
+	run.log.Info("dlq replay started", "source_topic", r.cfg.SourceTopic, "reason_filter", string(opts.Reason),
+		"max", opts.Max, "max_replays", r.cfg.MaxReplays)
+	if opts.DryRun {
+		err = run.dryRun(ctx)
+	} else {
+		run.writer = &kafka.Writer{
+			Addr:         kafka.TCP(r.cfg.Brokers...),
+			Balancer:     &kafka.Hash{}, // by the original key, as the DLQ writer and producers do
+			RequiredAcks: kafka.RequireAll,
+			BatchSize:    1, // one record at a time, each committed after its ack
+			WriteTimeout: 10 * time.Second,
+			MaxAttempts:  5,
+			Transport:    r.cfg.Transport,
+		}
+		err = run.asGroup(ctx)
+		if cerr := run.writer.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("close writer: %w", cerr)
+		}
+	}
+	t := sum.Total
+	attrs := []any{"replayed", t.Replayed, "skipped", t.Skipped, "refused", t.Refused, "max_reached", sum.MaxReached}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	run.log.Info("dlq replay finished", attrs...)
+	return sum, err
+}
+
+// bounds are a partition's earliest and log-end offsets.
+type bounds struct{ first, end int64 }
+
+// logBounds snapshots the dead-letter topic's partitions.
+func (r *Replayer) logBounds(ctx context.Context) (map[int]bounds, error) {
+	topic := r.cfg.DLQTopic
+	meta, err := r.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil {
+		var terr error = errors.New("not found")
+		if len(meta.Topics) == 1 {
+			terr = meta.Topics[0].Error
+		}
+		return nil, fmt.Errorf("metadata of %s: %w", topic, terr)
+	}
+	var firsts, ends []kafka.OffsetRequest
+	for _, p := range meta.Topics[0].Partitions {
+		firsts = append(firsts, kafka.FirstOffsetOf(p.ID))
+		ends = append(ends, kafka.LastOffsetOf(p.ID))
+	}
+	out := map[int]bounds{}
+	list := func(q []kafka.OffsetRequest, set func(*bounds, kafka.PartitionOffsets)) error {
+		res, err := r.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: q}})
+		if err != nil {
+			return fmt.Errorf("offsets of %s: %w", topic, err)
+		}
+		for _, po := range res.Topics[topic] {
+			if po.Error != nil {
+				return fmt.Errorf("offsets of %s/%d: %w", topic, po.Partition, po.Error)
+			}
+			b := out[po.Partition]
+			set(&b, po)
+			out[po.Partition] = b
+		}
+		return nil
+	}
+	if err := list(firsts, func(b *bounds, po kafka.PartitionOffsets) { b.first = po.FirstOffset }); err != nil {
+		return nil, err
+	}
+	if err := list(ends, func(b *bounds, po kafka.PartitionOffsets) { b.end = po.LastOffset }); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// verdict is what replay does with one record: skip it, refuse it (why),
+// or republish out.
+type verdict struct {
+	reason Reason
+	skip   bool
+	why    string
+	out    kafka.Message
+	count  int // dlq-replay-count of out
+}
+
+// judge decides what to do with msg. It reads only msg's headers.
+func (r *Replayer) judge(msg kafka.Message, filter Reason) verdict {
+	var v verdict
+	var origin, badCount string
+	hasOrigin, prev := false, 0
+	headers := make([]kafka.Header, 0, len(msg.Headers)+1)
+	for _, h := range msg.Headers {
+		switch h.Key {
+		case HeaderReason:
+			v.reason = Reason(h.Value)
+		case HeaderOriginalTopic:
+			origin, hasOrigin = string(h.Value), true
+		case HeaderReplayCount:
+			// Several counts (never written by Record) are read as the
+			// highest: the guard must not be bypassed.
+			n, err := strconv.Atoi(string(h.Value))
+			if err != nil || n < 0 {
+				badCount = string(h.Value)
+			}
+			prev = max(prev, n)
+		}
+		if !strings.HasPrefix(h.Key, "dlq-") {
+			headers = append(headers, h)
+		}
+	}
+	switch {
+	case filter != "" && v.reason != filter:
+		v.skip = true
+	case !hasOrigin || origin == "":
+		v.why = "no " + HeaderOriginalTopic + " header"
+	case origin != r.cfg.SourceTopic:
+		v.why = fmt.Sprintf("%s %q is not the source topic %q", HeaderOriginalTopic, origin, r.cfg.SourceTopic)
+	case badCount != "":
+		v.why = fmt.Sprintf("%s %q is not a count", HeaderReplayCount, badCount)
+	case prev >= r.cfg.MaxReplays:
+		v.why = fmt.Sprintf("%s %d has reached the limit of %d replays", HeaderReplayCount, prev, r.cfg.MaxReplays)
+	default:
+		v.count = prev + 1
+		headers = append(headers, kafka.Header{Key: HeaderReplayCount, Value: []byte(strconv.Itoa(v.count))})
+		v.out = kafka.Message{Topic: r.cfg.SourceTopic, Key: msg.Key, Value: msg.Value, Headers: headers}
+	}
+	return v
+}
+
+// replayRun is the state of one Run.
+type replayRun struct {
+	r      *Replayer
+	opts   ReplayOptions
+	sum    *Summary
+	bounds map[int]bounds
+	writer *kafka.Writer // nil in a dry run
+	log    *slog.Logger
+}
+
+// errRebalanced ends a partition whose group generation ended.
+var errRebalanced = errors.New("replay group rebalanced")
+
+// Timeouts of the group's bookkeeping; a hung broker must not hold the
+// command.
+const (
+	commitTimeout = 10 * time.Second
+	joinPatience  = 30 * time.Second
+)
+
+// asGroup replays the partitions the group assigns, rejoining after a
+// rebalance, until every assigned partition reached its end of the start.
+func (run *replayRun) asGroup(ctx context.Context) error {
+	cfg := run.r.cfg
+	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                cfg.GroupID,
+		Brokers:           cfg.Brokers,
+		Dialer:            cfg.Dialer,
+		Topics:            []string{cfg.DLQTopic},
+		StartOffset:       kafka.FirstOffset,
+		SessionTimeout:    cfg.SessionTimeout,
+		RebalanceTimeout:  cfg.RebalanceTimeout,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		JoinGroupBackoff:  500 * time.Millisecond,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			run.log.Warn("kafka group: " + fmt.Sprintf(msg, args...))
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("replay group %s: %w", cfg.GroupID, err)
+	}
+	defer run.leave(group)
+	var failingSince time.Time
+	for {
+		gen, err := group.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// kafka-go retries by itself; a rebalance in progress is
+			// routine, a coordinator that never answers is not.
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			} else if time.Since(failingSince) > joinPatience {
+				return fmt.Errorf("join replay group %s: %w", cfg.GroupID, err)
+			}
+			run.log.Warn("joining replay group failed, retrying", "err", err)
+			continue
+		}
+		failingSince = time.Time{}
+		err = run.generation(ctx, gen)
+		if !errors.Is(err, errRebalanced) {
+			return err
+		}
+		run.log.Info("replay group rebalanced, rejoining")
+	}
+}
+
+// leave closes the group (LeaveGroup: the next run joins at once), bounded.
+func (run *replayRun) leave(group *kafka.ConsumerGroup) {
+	done := make(chan struct{})
+	go func() { _ = group.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(commitTimeout):
+		run.log.Warn("leaving replay group timed out")
+	}
+}
+
+// generation replays the partitions of gen in order. It returns
+// errRebalanced when the generation ended first.
+func (run *replayRun) generation(ctx context.Context, gen *kafka.Generation) error {
+	topic := run.r.cfg.DLQTopic
+	work, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The work runs here, not in a Start function (one returning ends the
+	// generation); this one only watches for the generation's end.
+	gen.Start(func(genCtx context.Context) {
+		<-genCtx.Done()
+		cancel()
+	})
+	assigned := slices.SortedFunc(slices.Values(gen.Assignments[topic]), func(a, b kafka.PartitionAssignment) int {
+		return cmp.Compare(a.ID, b.ID)
+	})
+	ids := make([]int, 0, len(assigned))
+	for _, a := range assigned {
+		ids = append(ids, a.ID)
+	}
+	run.log.Info("replay partitions assigned", "generation", gen.ID, "partitions", ids)
+	for _, a := range assigned {
+		commit := func(next int64) error {
+			done := make(chan error, 1)
+			go func() { done <- gen.CommitOffsets(map[string]map[int]int64{topic: {a.ID: next}}) }()
+			select {
+			case err := <-done:
+				if errors.Is(err, kafka.RebalanceInProgress) || errors.Is(err, kafka.IllegalGeneration) ||
+					errors.Is(err, kafka.UnknownMemberId) || errors.Is(err, kafka.ErrGenerationEnded) {
+					return fmt.Errorf("%w: %w", errRebalanced, err)
+				}
+				return err
+			case <-time.After(commitTimeout):
+				return errors.New("offset commit timed out")
+			}
+		}
+		stop, err := run.partition(ctx, work, a.ID, a.Offset, commit)
+		if err != nil {
+			if ctx.Err() == nil && work.Err() != nil {
+				return errRebalanced
+			}
+			return err
+		}
+		if stop {
+			return nil
+		}
+	}
+	return nil
+}
+
+// dryRun judges every partition from the group's committed offsets without
+// joining the group.
+func (run *replayRun) dryRun(ctx context.Context) error {
+	topic := run.r.cfg.DLQTopic
+	ids := slices.Sorted(maps.Keys(run.bounds))
+	res, err := run.r.client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: run.r.cfg.GroupID, Topics: map[string][]int{topic: ids}})
+	if err != nil {
+		return fmt.Errorf("committed offsets of %s: %w", run.r.cfg.GroupID, err)
+	}
+	// A group that never committed is "not found" on some brokers.
+	if res.Error != nil && !errors.Is(res.Error, kafka.GroupIdNotFound) {
+		return fmt.Errorf("committed offsets of %s: %w", run.r.cfg.GroupID, res.Error)
+	}
+	committed := map[int]int64{}
+	for _, po := range res.Topics[topic] {
+		if po.Error == nil {
+			committed[po.Partition] = po.CommittedOffset
+		}
+	}
+	for _, id := range ids {
+		from, ok := committed[id]
+		if !ok {
+			from = -1
+		}
+		stop, err := run.partition(ctx, ctx, id, from, nil)
+		if err != nil || stop {
+			return err
+		}
+	}
+	return nil
+}
+
+// partition replays one partition from the group's offset from (negative:
+// none) up to its end at the start of the run. commit is nil in a dry run.
+// Skipped records are committed with the next republished one or at the
+// end. stop reports that the run must end here (--max reached).
+func (run *replayRun) partition(ctx, work context.Context, partition int, from int64, commit func(int64) error) (stop bool, err error) {
+	cfg := run.r.cfg
+	b, ok := run.bounds[partition]
+	if !ok {
+		return false, nil // created after the start
+	}
+	start := from
+	if start < b.first {
+		if start >= 0 {
+			run.log.Warn("dead-letter records expired before they were replayed", "partition", partition,
+				"from", start, "first", b.first)
+		}
+		start = b.first
+	}
+	if start >= b.end {
+		return false, nil
+	}
+	log := run.log.With("partition", partition)
+	rd := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: cfg.Brokers, Topic: cfg.DLQTopic, Partition: partition, Dialer: cfg.Dialer,
+		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 250 * time.Millisecond, ReadLagInterval: -1,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			log.Warn("kafka reader", "detail", fmt.Sprintf(msg, args...))
+		}),
+	})
+	defer rd.Close()
+	if err := rd.SetOffset(start); err != nil {
+		return false, fmt.Errorf("read %s/%d from %d: %w", cfg.DLQTopic, partition, start, err)
+	}
+
+	// The DLQ writer is not transactional, so offsets are dense up to the
+	// end: the loop reaches it.
+	next, committed := start, start
+	flush := func() error {
+		if commit == nil || next == committed {
+			return nil
+		}
+		if err := commit(next); err != nil {
+			return fmt.Errorf("commit %s/%d at %d: %w", cfg.DLQTopic, partition, next, err)
+		}
+		committed = next
+		return nil
+	}
+	for next < b.end {
+		msg, err := rd.FetchMessage(work)
+		if err != nil {
+			_ = flush() // best effort: the skipped records before
+			return false, fmt.Errorf("read %s/%d at %d: %w", cfg.DLQTopic, partition, next, err)
+		}
+		if msg.Offset >= b.end {
+			break
+		}
+		v := run.r.judge(msg, run.opts.Reason)
+		at := []any{"offset", msg.Offset, "reason", string(v.reason)}
+		switch {
+		case v.skip:
+			run.sum.count(v.reason, func(c *Counts) { c.Skipped++ })
+			next = msg.Offset + 1
+			log.Debug("dead-letter record skipped by the reason filter", at...)
+		case v.why != "":
+			run.sum.count(v.reason, func(c *Counts) { c.Refused++ })
+			log.Error("dead-letter record refused, replay stops", append(at, "why", v.why)...)
+			if err := flush(); err != nil {
+				return false, err
+			}
+			return true, &RefusedError{Topic: cfg.DLQTopic, Partition: partition, Offset: msg.Offset, Why: v.why}
+		default:
+			if commit != nil {
+				// The operator's ctx, not work: a rebalance must not
+				// abort a write half-way (it would be retried anyway).
+				if err := run.writer.WriteMessages(ctx, v.out); err != nil {
+					_ = flush()
+					return false, fmt.Errorf("republish %s/%d@%d to %s: %w", cfg.DLQTopic, partition, msg.Offset, cfg.SourceTopic, err)
+				}
+			}
+			run.sum.count(v.reason, func(c *Counts) { c.Replayed++ })
+			next = msg.Offset + 1
+			if err := flush(); err != nil {
+				return false, fmt.Errorf("%w (the record was republished and will be again, which is harmless)", err)
+			}
+			msgText := "dead-letter record replayed"
+			if commit == nil {
+				msgText = "dead-letter record would be replayed"
+			}
+			log.Info(msgText, append(at, "replay_count", v.count, "topic", cfg.SourceTopic)...)
+			if run.opts.Max > 0 && run.sum.Total.Replayed >= run.opts.Max {
+				run.sum.MaxReached = true
+				return true, nil
+			}
+		}
+	}
+	return false, flush()
+}

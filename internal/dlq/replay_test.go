@@ -1,0 +1,592 @@
+package dlq
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/consumer"
+	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
+)
+
+// replayEnv is a source topic, a dead-letter topic and a replay group on
+// the broker under test.
+type replayEnv struct {
+	brokers    []string
+	src, dlq   string
+	group      string
+	client     *kafka.Client
+	log        *lockedBuffer
+	maxReplays int
+	produced   int
+}
+
+func newReplayEnv(t *testing.T, dlqPartitions int) *replayEnv {
+	t.Helper()
+	brokers := kafkatest.Brokers(t)
+	env := &replayEnv{
+		brokers:    brokers,
+		src:        kafkatest.UniqueName("replay-src"),
+		dlq:        kafkatest.UniqueName("replay-dlq"),
+		group:      kafkatest.UniqueName("replay-group"),
+		client:     &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}},
+		log:        &lockedBuffer{},
+		maxReplays: 3,
+	}
+	kafkatest.CreateTopic(t, brokers, env.src, 3)
+	kafkatest.CreateTopic(t, brokers, env.dlq, dlqPartitions)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("replayer log:\n%s", env.log.String())
+		}
+	})
+	return env
+}
+
+// lockedBuffer collects log lines from kafka-go's goroutines too.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (env *replayEnv) replayer(t *testing.T) *Replayer {
+	t.Helper()
+	r, err := NewReplayer(ReplayConfig{
+		Brokers: env.brokers, DLQTopic: env.dlq, SourceTopic: env.src, GroupID: env.group,
+		MaxReplays: env.maxReplays, Transport: &kafka.Transport{},
+		Logger:         slog.New(slog.NewJSONHandler(env.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 6 * time.Second, HeartbeatInterval: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// run is one Run, bounded so that a hang fails the test.
+func (env *replayEnv) run(t *testing.T, opts ReplayOptions) (Summary, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	sum, err := env.replayer(t).Run(ctx, opts)
+	if ctx.Err() != nil {
+		t.Fatalf("Run did not end: %v", err)
+	}
+	return sum, err
+}
+
+func (env *replayEnv) mustRun(t *testing.T, opts ReplayOptions) Summary {
+	t.Helper()
+	sum, err := env.run(t, opts)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return sum
+}
+
+// source is a record of the source topic as the consumer saw it.
+func (env *replayEnv) source(value string, headers ...kafka.Header) kafka.Message {
+	env.produced++
+	return kafka.Message{Topic: env.src, Partition: env.produced % 3, Offset: int64(100 + env.produced),
+		Key: []byte("order-" + value), Value: []byte(value), Headers: headers}
+}
+
+// deadLetter is the DLQ record of src for reason.
+func deadLetter(src kafka.Message, reason Reason) kafka.Message {
+	return Record(src, "billing", reason, errors.New("boom"), 3, time.Now())
+}
+
+// produce writes records to the DLQ in order, to partition p.
+func (env *replayEnv) produce(t *testing.T, p int, records ...kafka.Message) {
+	t.Helper()
+	w := &kafka.Writer{Addr: kafka.TCP(env.brokers...), Topic: env.dlq, Balancer: kafka.BalancerFunc(
+		func(kafka.Message, ...int) int { return p }), RequiredAcks: kafka.RequireAll,
+		BatchTimeout: 5 * time.Millisecond, Transport: &kafka.Transport{}}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, records...); err != nil {
+		t.Fatalf("produce to %s: %v", env.dlq, err)
+	}
+}
+
+// readAll returns every record of topic up to its current end, by
+// partition then offset.
+func (env *replayEnv) readAll(t *testing.T, topic string) []kafka.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lags, err := consumer.GroupLag(ctx, env.client, topic, "replay-test-never-commits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []kafka.Message
+	for _, l := range lags {
+		if l.End == 0 {
+			continue
+		}
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: env.brokers, Topic: topic, Partition: l.Partition, MaxWait: 100 * time.Millisecond})
+		for {
+			m, err := r.FetchMessage(ctx)
+			if err != nil {
+				r.Close()
+				t.Fatalf("read %s/%d: %v", topic, l.Partition, err)
+			}
+			out = append(out, m)
+			if m.Offset+1 >= l.End {
+				break
+			}
+		}
+		r.Close()
+	}
+	return out
+}
+
+// committed returns the replay group's committed offset of each DLQ
+// partition (-1: none) and the partitions' ends.
+func (env *replayEnv) committed(t *testing.T) (committed, end map[int]int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	lags, err := consumer.GroupLag(ctx, env.client, env.dlq, env.group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, end = map[int]int64{}, map[int]int64{}
+	for _, l := range lags {
+		committed[l.Partition], end[l.Partition] = l.Committed, l.End
+	}
+	return committed, end
+}
+
+func (env *replayEnv) wantCommitted(t *testing.T, want map[int]int64) {
+	t.Helper()
+	got, _ := env.committed(t)
+	for p, w := range want {
+		if got[p] != w {
+			t.Errorf("replay group committed %d on partition %d, want %d (all: %v)", got[p], p, w, got)
+		}
+	}
+}
+
+// replayCounts returns every dlq-replay-count of m.
+func replayCounts(m kafka.Message) []string {
+	var out []string
+	for _, h := range m.Headers {
+		if h.Key == HeaderReplayCount {
+			out = append(out, string(h.Value))
+		}
+	}
+	return out
+}
+
+func sortedValues(msgs []kafka.Message) []string {
+	var out []string
+	for _, m := range msgs {
+		out = append(out, string(m.Value))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func wantTotals(t *testing.T, sum Summary, want Counts) {
+	t.Helper()
+	if sum.Total != want {
+		t.Errorf("summary total %+v, want %+v (by reason %v)", sum.Total, want, sum.ByReason)
+	}
+}
+
+// TestReplayRepublishesAndResumes replays records of every reason from two
+// partitions: the source topic gets each original key, value and non-dlq
+// headers plus dlq-replay-count; the group commits the end; a second run
+// replays nothing, and a third only what arrived since.
+func TestReplayRepublishesAndResumes(t *testing.T) {
+	env := newReplayEnv(t, 2)
+	trace := kafka.Header{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}
+	custom := kafka.Header{Key: "x-origin", Value: []byte("checkout")}
+	replayedOnce := env.source("c-permanent", custom, kafka.Header{Key: HeaderReplayCount, Value: []byte("1")})
+	srcs := map[string]kafka.Message{}
+	add := func(m kafka.Message) kafka.Message { srcs[string(m.Value)] = m; return m }
+	env.produce(t, 0,
+		deadLetter(add(env.source("a-invalid", trace, custom)), Invalid),
+		deadLetter(add(env.source("b-exhausted")), Exhausted),
+		deadLetter(add(replayedOnce), Permanent))
+	env.produce(t, 1,
+		deadLetter(add(env.source("d-conflict", trace)), Conflict),
+		deadLetter(add(env.source("e-exhausted")), Exhausted))
+
+	sum := env.mustRun(t, ReplayOptions{})
+	wantTotals(t, sum, Counts{Replayed: 5})
+	for r, n := range map[Reason]int{Invalid: 1, Permanent: 1, Conflict: 1, Exhausted: 2} {
+		if got := sum.ByReason[r].Replayed; got != n {
+			t.Errorf("replayed %d %s records, want %d", got, r, n)
+		}
+	}
+	out := env.readAll(t, env.src)
+	if got, want := sortedValues(out), []string{"a-invalid", "b-exhausted", "c-permanent", "d-conflict", "e-exhausted"}; !slices.Equal(got, want) {
+		t.Fatalf("source topic holds %v, want %v", got, want)
+	}
+	for _, m := range out {
+		src := srcs[string(m.Value)]
+		if !bytes.Equal(m.Key, src.Key) {
+			t.Errorf("%s: key %q, want the original %q", m.Value, m.Key, src.Key)
+		}
+		wantCount := "1"
+		if string(m.Value) == "c-permanent" {
+			wantCount = "2"
+		}
+		var wantHeaders []kafka.Header
+		for _, h := range src.Headers {
+			if h.Key != HeaderReplayCount {
+				wantHeaders = append(wantHeaders, h)
+			}
+		}
+		wantHeaders = append(wantHeaders, kafka.Header{Key: HeaderReplayCount, Value: []byte(wantCount)})
+		if fmt.Sprint(m.Headers) != fmt.Sprint(wantHeaders) {
+			t.Errorf("%s: headers %v, want %v", m.Value, m.Headers, wantHeaders)
+		}
+	}
+	env.wantCommitted(t, map[int]int64{0: 3, 1: 2})
+
+	sum = env.mustRun(t, ReplayOptions{})
+	wantTotals(t, sum, Counts{})
+	if n := len(env.readAll(t, env.src)); n != 5 {
+		t.Fatalf("second run: source topic has %d records, want still 5", n)
+	}
+
+	env.produce(t, 1, deadLetter(env.source("f-exhausted"), Exhausted))
+	sum = env.mustRun(t, ReplayOptions{})
+	wantTotals(t, sum, Counts{Replayed: 1})
+	if got := sortedValues(env.readAll(t, env.src)); !slices.Contains(got, "f-exhausted") || len(got) != 6 {
+		t.Fatalf("third run: source topic holds %v, want the 5 and f-exhausted", got)
+	}
+	env.wantCommitted(t, map[int]int64{0: 3, 1: 3})
+}
+
+// TestReplayReasonFilter replays only the chosen reason and moves past the
+// others for good.
+func TestReplayReasonFilter(t *testing.T) {
+	env := newReplayEnv(t, 1)
+	env.produce(t, 0,
+		deadLetter(env.source("invalid-1"), Invalid),
+		deadLetter(env.source("exhausted-1"), Exhausted),
+		deadLetter(env.source("permanent-1"), Permanent),
+		deadLetter(env.source("exhausted-2"), Exhausted))
+	sum := env.mustRun(t, ReplayOptions{Reason: Exhausted})
+	wantTotals(t, sum, Counts{Replayed: 2, Skipped: 2})
+	if sum.ByReason[Invalid].Skipped != 1 || sum.ByReason[Permanent].Skipped != 1 {
+		t.Errorf("by reason %v, want one invalid and one permanent skipped", sum.ByReason)
+	}
+	if got, want := sortedValues(env.readAll(t, env.src)), []string{"exhausted-1", "exhausted-2"}; !slices.Equal(got, want) {
+		t.Fatalf("source topic holds %v, want %v", got, want)
+	}
+	env.wantCommitted(t, map[int]int64{0: 4})
+
+	// The skipped records are behind the group's position now.
+	sum = env.mustRun(t, ReplayOptions{Reason: Invalid})
+	wantTotals(t, sum, Counts{})
+}
+
+// TestReplayDryRun reports what would be replayed, and neither produces nor
+// commits.
+func TestReplayDryRun(t *testing.T) {
+	env := newReplayEnv(t, 2)
+	env.produce(t, 0, deadLetter(env.source("one"), Exhausted), deadLetter(env.source("two"), Invalid))
+	env.produce(t, 1, deadLetter(env.source("three"), Exhausted))
+	sum := env.mustRun(t, ReplayOptions{DryRun: true, Reason: Exhausted})
+	if !sum.DryRun {
+		t.Error("summary does not say dry run")
+	}
+	wantTotals(t, sum, Counts{Replayed: 2, Skipped: 1})
+	if n := len(env.readAll(t, env.src)); n != 0 {
+		t.Fatalf("dry run produced %d records", n)
+	}
+	env.wantCommitted(t, map[int]int64{0: -1, 1: -1})
+
+	sum = env.mustRun(t, ReplayOptions{})
+	wantTotals(t, sum, Counts{Replayed: 3})
+	// A dry run starts from the group's position too.
+	sum = env.mustRun(t, ReplayOptions{DryRun: true})
+	wantTotals(t, sum, Counts{})
+}
+
+// TestReplayMax stops after --max republished records and resumes there.
+func TestReplayMax(t *testing.T) {
+	env := newReplayEnv(t, 1)
+	env.produce(t, 0,
+		deadLetter(env.source("e0"), Exhausted),
+		deadLetter(env.source("i1"), Invalid),
+		deadLetter(env.source("e2"), Exhausted),
+		deadLetter(env.source("e3"), Exhausted),
+		deadLetter(env.source("e4"), Exhausted))
+	opts := ReplayOptions{Max: 2, Reason: Exhausted}
+	sum := env.mustRun(t, opts)
+	wantTotals(t, sum, Counts{Replayed: 2, Skipped: 1})
+	if !sum.MaxReached {
+		t.Error("MaxReached not set")
+	}
+	env.wantCommitted(t, map[int]int64{0: 3})
+	if got, want := sortedValues(env.readAll(t, env.src)), []string{"e0", "e2"}; !slices.Equal(got, want) {
+		t.Fatalf("source topic holds %v, want %v", got, want)
+	}
+
+	sum = env.mustRun(t, opts)
+	wantTotals(t, sum, Counts{Replayed: 2})
+	env.wantCommitted(t, map[int]int64{0: 5})
+	sum = env.mustRun(t, opts)
+	wantTotals(t, sum, Counts{})
+	if sum.MaxReached {
+		t.Error("MaxReached set on a run that replayed nothing")
+	}
+}
+
+// TestReplayRefusesAtLimit stops at a record replayed too often, without
+// committing it, run after run; a reason filter that excludes it moves past.
+func TestReplayRefusesAtLimit(t *testing.T) {
+	env := newReplayEnv(t, 1)
+	env.maxReplays = 2
+	count := func(n int) kafka.Header { return kafka.Header{Key: HeaderReplayCount, Value: []byte(strconv.Itoa(n))} }
+	env.produce(t, 0,
+		deadLetter(env.source("fresh"), Exhausted),
+		deadLetter(env.source("once", count(1)), Exhausted),
+		deadLetter(env.source("twice", count(2)), Permanent),
+		deadLetter(env.source("after"), Exhausted))
+
+	wantRefusal := func(sum Summary, err error, replayed int) {
+		t.Helper()
+		var re *RefusedError
+		if !errors.As(err, &re) {
+			t.Fatalf("Run: %v, want a *RefusedError", err)
+		}
+		if re.Topic != env.dlq || re.Partition != 0 || re.Offset != 2 || !strings.Contains(re.Why, "dlq-replay-count 2 has reached the limit of 2 replays") {
+			t.Errorf("refusal %+v, want %s/0@2 at the limit", re, env.dlq)
+		}
+		if !strings.Contains(err.Error(), fmt.Sprintf("%s/0@2", env.dlq)) {
+			t.Errorf("error %q does not name the record", err)
+		}
+		wantTotals(t, sum, Counts{Replayed: replayed, Refused: 1})
+	}
+	sum, err := env.run(t, ReplayOptions{})
+	wantRefusal(sum, err, 2)
+	env.wantCommitted(t, map[int]int64{0: 2})
+	if got, want := sortedValues(env.readAll(t, env.src)), []string{"fresh", "once"}; !slices.Equal(got, want) {
+		t.Fatalf("source topic holds %v, want %v", got, want)
+	}
+	for _, m := range env.readAll(t, env.src) {
+		if string(m.Value) == "once" && !slices.Equal(replayCounts(m), []string{"2"}) {
+			t.Errorf("once: %s %v, want [2]", HeaderReplayCount, replayCounts(m))
+		}
+	}
+
+	// It stays in the way, for real and dry runs alike.
+	sum, err = env.run(t, ReplayOptions{})
+	wantRefusal(sum, err, 0)
+	sum, err = env.run(t, ReplayOptions{DryRun: true})
+	wantRefusal(sum, err, 0)
+	env.wantCommitted(t, map[int]int64{0: 2})
+
+	// The filter comes first: a run for another reason skips it.
+	sum = env.mustRun(t, ReplayOptions{Reason: Exhausted})
+	wantTotals(t, sum, Counts{Replayed: 1, Skipped: 1})
+	env.wantCommitted(t, map[int]int64{0: 4})
+}
+
+// TestReplayRefusesUnsafeRecords refuses records that do not say where they
+// came from, come from another topic, or carry an unreadable count.
+func TestReplayRefusesUnsafeRecords(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(env *replayEnv, m *kafka.Message)
+		why    string
+	}{
+		{"no original topic", func(_ *replayEnv, m *kafka.Message) { m.Headers = dropHeader(m.Headers, HeaderOriginalTopic) },
+			"no dlq-original-topic header"},
+		{"empty original topic", func(_ *replayEnv, m *kafka.Message) { putHeader(m, HeaderOriginalTopic, "") },
+			"no dlq-original-topic header"},
+		{"another topic", func(_ *replayEnv, m *kafka.Message) { putHeader(m, HeaderOriginalTopic, "payments.internal") },
+			`"payments.internal" is not the source topic`},
+		{"unreadable count", func(_ *replayEnv, m *kafka.Message) { putHeader(m, HeaderReplayCount, "-1") },
+			`dlq-replay-count "-1" is not a count`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newReplayEnv(t, 1)
+			bad := deadLetter(env.source("bad"), Exhausted)
+			tc.mutate(env, &bad)
+			env.produce(t, 0, deadLetter(env.source("good"), Exhausted), bad)
+			sum, err := env.run(t, ReplayOptions{})
+			var re *RefusedError
+			if !errors.As(err, &re) || re.Offset != 1 || !strings.Contains(re.Why, tc.why) {
+				t.Fatalf("Run: %v, want a refusal of offset 1 with %q", err, tc.why)
+			}
+			wantTotals(t, sum, Counts{Replayed: 1, Refused: 1})
+			if got := sortedValues(env.readAll(t, env.src)); !slices.Equal(got, []string{"good"}) {
+				t.Fatalf("source topic holds %v, want [good]", got)
+			}
+			env.wantCommitted(t, map[int]int64{0: 1})
+		})
+	}
+}
+
+func dropHeader(hs []kafka.Header, key string) []kafka.Header {
+	return slices.DeleteFunc(slices.Clone(hs), func(h kafka.Header) bool { return h.Key == key })
+}
+
+func putHeader(m *kafka.Message, key, value string) {
+	m.Headers = append(dropHeader(m.Headers, key), kafka.Header{Key: key, Value: []byte(value)})
+}
+
+// TestReplayEndsWhileRecordsArrive: a run stops at the log end of its
+// start, however fast records keep coming.
+func TestReplayEndsWhileRecordsArrive(t *testing.T) {
+	env := newReplayEnv(t, 1)
+	for i := range 10 {
+		env.produce(t, 0, deadLetter(env.source("before-"+strconv.Itoa(i)), Exhausted))
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var written atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		w := &kafka.Writer{Addr: kafka.TCP(env.brokers...), Topic: env.dlq, RequiredAcks: kafka.RequireAll,
+			BatchTimeout: time.Millisecond, Transport: &kafka.Transport{}}
+		defer w.Close()
+		for i := 0; ctx.Err() == nil; i++ {
+			src := kafka.Message{Topic: env.src, Value: []byte("during-" + strconv.Itoa(i))}
+			if w.WriteMessages(ctx, deadLetter(src, Exhausted)) == nil {
+				written.Add(1)
+			}
+		}
+	})
+	defer func() { stop(); wg.Wait() }()
+	for written.Load() < 5 {
+		time.Sleep(time.Millisecond)
+	}
+	before := int(written.Load())
+	sum := env.mustRun(t, ReplayOptions{})
+	after := int(written.Load())
+	if sum.Total.Replayed < 10+before || sum.Total.Replayed > 10+after {
+		t.Fatalf("replayed %d records, want between the %d written before the run and the %d written by its end",
+			sum.Total.Replayed, 10+before, 10+after)
+	}
+	t.Logf("replayed %d; %d records were written before the run, %d by its end", sum.Total.Replayed, 10+before, 10+after)
+}
+
+// TestReplayConcurrentRuns: two runs of one group split the partitions (or
+// one finds nothing left); together they replay everything, and the group
+// ends committed at the end.
+func TestReplayConcurrentRuns(t *testing.T) {
+	env := newReplayEnv(t, 4)
+	var want []string
+	for p := range 4 {
+		var recs []kafka.Message
+		for i := range 5 {
+			v := fmt.Sprintf("p%d-%d", p, i)
+			want = append(want, v)
+			recs = append(recs, deadLetter(env.source(v), Exhausted))
+		}
+		env.produce(t, p, recs...)
+	}
+	slices.Sort(want)
+	var wg sync.WaitGroup
+	sums := make([]Summary, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Go(func() { sums[i], errs[i] = env.run(t, ReplayOptions{}) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	}
+	if n := sums[0].Total.Replayed + sums[1].Total.Replayed; n < 20 {
+		t.Errorf("runs replayed %d records in all, want at least 20", n)
+	}
+	// A record republished just before a rebalance may be there twice:
+	// harmless, the consumer deduplicates.
+	got := slices.Compact(sortedValues(env.readAll(t, env.src)))
+	if !slices.Equal(got, want) {
+		t.Fatalf("source topic holds %v, want %v", got, want)
+	}
+	env.wantCommitted(t, map[int]int64{0: 5, 1: 5, 2: 5, 3: 5})
+}
+
+// TestJudge checks the per-record decision without a broker.
+func TestJudge(t *testing.T) {
+	r := &Replayer{cfg: ReplayConfig{SourceTopic: "orders", MaxReplays: 3}}
+	h := func(k, v string) kafka.Header { return kafka.Header{Key: k, Value: []byte(v)} }
+	base := []kafka.Header{h("traceparent", "t"), h(HeaderOriginalTopic, "orders"), h(HeaderOriginalPartition, "2"),
+		h(HeaderOriginalOffset, "9"), h(HeaderConsumerGroup, "g"), h(HeaderReason, "exhausted"), h(HeaderError, "e"),
+		h(HeaderAttempts, "8"), h(HeaderFailedAt, "2026-01-01T00:00:00Z"), h("x-b", "b")}
+	for _, tc := range []struct {
+		name      string
+		headers   []kafka.Header
+		filter    Reason
+		skip      bool
+		why       string
+		wantCount string
+	}{
+		{name: "first replay", headers: base, wantCount: "1"},
+		{name: "matching filter", headers: base, filter: Exhausted, wantCount: "1"},
+		{name: "other reason", headers: base, filter: Invalid, skip: true},
+		{name: "no reason header, filtered", headers: dropHeader(base, HeaderReason), filter: Exhausted, skip: true},
+		{name: "no reason header", headers: dropHeader(base, HeaderReason), wantCount: "1"},
+		{name: "below the limit", headers: append(slices.Clone(base), h(HeaderReplayCount, "2")), wantCount: "3"},
+		{name: "at the limit", headers: append(slices.Clone(base), h(HeaderReplayCount, "3")), why: "dlq-replay-count 3 has reached the limit of 3 replays"},
+		{name: "filtered out at the limit", headers: append(slices.Clone(base), h(HeaderReplayCount, "3")), filter: Conflict, skip: true},
+		{name: "two counts, highest wins", headers: append(slices.Clone(base), h(HeaderReplayCount, "3"), h(HeaderReplayCount, "0")), why: "dlq-replay-count 3 has reached"},
+		{name: "garbage count", headers: append(slices.Clone(base), h(HeaderReplayCount, "two")), why: "is not a count"},
+		{name: "no origin", headers: dropHeader(base, HeaderOriginalTopic), why: "no dlq-original-topic"},
+		{name: "other origin", headers: append(dropHeader(base, HeaderOriginalTopic), h(HeaderOriginalTopic, "x")), why: "is not the source topic"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg := kafka.Message{Topic: "dlq", Key: []byte("k"), Value: []byte("v"), Headers: tc.headers}
+			v := r.judge(msg, tc.filter)
+			if v.skip != tc.skip || !strings.Contains(v.why, tc.why) || (tc.why == "") != (v.why == "") {
+				t.Fatalf("verdict skip=%v why=%q, want skip=%v why~%q", v.skip, v.why, tc.skip, tc.why)
+			}
+			if tc.skip || tc.why != "" {
+				return
+			}
+			want := []kafka.Header{h("traceparent", "t"), h("x-b", "b"), h(HeaderReplayCount, tc.wantCount)}
+			if v.out.Topic != "orders" || string(v.out.Key) != "k" || string(v.out.Value) != "v" || fmt.Sprint(v.out.Headers) != fmt.Sprint(want) {
+				t.Fatalf("out %s %q %q %v, want orders k v %v", v.out.Topic, v.out.Key, v.out.Value, v.out.Headers, want)
+			}
+		})
+	}
+}
+
+func TestParseReason(t *testing.T) {
+	for _, s := range []string{"invalid", "permanent", "conflict", "exhausted"} {
+		if r, err := ParseReason(s); err != nil || string(r) != s {
+			t.Errorf("ParseReason(%q) = %q, %v", s, r, err)
+		}
+	}
+	for _, s := range []string{"", "Exhausted", "other"} {
+		if _, err := ParseReason(s); err == nil {
+			t.Errorf("ParseReason(%q) accepted", s)
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/billing-consumer/billing-consumer/internal/billing"
+	"github.com/billing-consumer/billing-consumer/internal/events"
+	"github.com/billing-consumer/billing-consumer/internal/fault"
+)
+
+// TestOutageIsNotPoison: the provider fails every call for a while. Once
+// OutageThreshold distinct events have failed in a row, the failures stop
+// spending attempts: no event reaches the DLQ, and all are charged when the
+// provider comes back. The handler reports itself stalled meanwhile.
+func TestOutageIsNotPoison(t *testing.T) {
+	const n = 6
+	var down atomic.Bool
+	down.Store(true)
+	var firstCalls sync.WaitGroup
+	firstCalls.Add(n)
+	seen := sync.Map{}
+	biller := &fakeBiller{process: func(ctx context.Context, _ int, ev events.OrderConfirmed) (billing.Result, error) {
+		if _, again := seen.LoadOrStore(ev.EventID, true); !again {
+			// Every event fails once before any retries, as n events in
+			// flight at once would.
+			firstCalls.Done()
+			firstCalls.Wait()
+		}
+		if down.Load() {
+			return billing.Result{}, fault.New(fault.Transient, errors.New("provider answered 503"))
+		}
+		return billing.Result{Outcome: billing.Charged}, nil
+	}}
+	env := newEnv(t, biller, nil, func(c *Config) {
+		c.OutageThreshold = 3
+		c.MaxAttempts = 2
+	})
+	errs := make(chan error, n)
+	for range n {
+		msg, _ := validRecord(t)
+		go func() { errs <- env.h.Handle(context.Background(), msg) }()
+	}
+	waitFor(t, "the handler to report the outage", env.h.Stalled)
+	time.Sleep(50 * time.Millisecond) // many attempts' worth of backoff during the outage
+	down.Store(false)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls := env.dlq.calls(); len(calls) != 0 {
+		t.Fatalf("%d healthy events dead-lettered during an outage", len(calls))
+	}
+	if got := env.counters(t)[eventsKey("charged")]; got != n {
+		t.Fatalf("charged %v, want %d", got, n)
+	}
+	if env.h.Stalled() {
+		t.Fatal("still stalled after the outage")
+	}
+}
+
+// TestPoisonEventStillExhausts: one event failing transiently on its own
+// is not an outage, however often it fails: it is dead-lettered as
+// exhausted after MaxAttempts, and the events around it are charged.
+func TestPoisonEventStillExhausts(t *testing.T) {
+	poison, poisonID := validRecord(t)
+	biller := &fakeBiller{process: func(ctx context.Context, _ int, ev events.OrderConfirmed) (billing.Result, error) {
+		if ev.EventID == poisonID {
+			return billing.Result{}, fault.New(fault.Transient, errors.New("provider answered 500 for this order"))
+		}
+		return billing.Result{Outcome: billing.Charged}, nil
+	}}
+	env := newEnv(t, biller, nil, func(c *Config) { c.OutageThreshold = 2 })
+	for i := range 3 {
+		msg := poison
+		if i != 1 {
+			msg, _ = validRecord(t)
+		}
+		if err := env.h.Handle(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := env.dlq.calls()
+	if len(calls) != 1 || calls[0].reason != "exhausted" || calls[0].attempts != testMaxAttempts {
+		t.Fatalf("DLQ calls %+v; want the poison event exhausted after %d attempts", calls, testMaxAttempts)
+	}
+}
