@@ -1,0 +1,272 @@
+package dlq
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// replayRun is the state of one Run.
+type replayRun struct {
+	r      *Replayer
+	opts   ReplayOptions
+	sum    *Summary
+	bounds map[int]bounds
+	writer *kafka.Writer // nil in a dry run
+	log    *slog.Logger
+}
+
+// errRebalanced ends a partition whose group generation ended.
+var errRebalanced = errors.New("replay group rebalanced")
+
+// Timeouts of the group's bookkeeping; a hung broker must not hold the
+// command.
+const (
+	commitTimeout = 10 * time.Second
+	joinPatience  = 30 * time.Second
+)
+
+// asGroup replays the partitions the group assigns, rejoining after a
+// rebalance, until every assigned partition reached its end of the start.
+func (run *replayRun) asGroup(ctx context.Context) error {
+	cfg := run.r.cfg
+	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                cfg.GroupID,
+		Brokers:           cfg.Brokers,
+		Dialer:            cfg.Dialer,
+		Topics:            []string{cfg.DLQTopic},
+		StartOffset:       kafka.FirstOffset,
+		SessionTimeout:    cfg.SessionTimeout,
+		RebalanceTimeout:  cfg.RebalanceTimeout,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		JoinGroupBackoff:  500 * time.Millisecond,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			run.log.Warn("kafka group: " + fmt.Sprintf(msg, args...))
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("replay group %s: %w", cfg.GroupID, err)
+	}
+	defer run.leave(group)
+	var failingSince time.Time
+	for {
+		gen, err := group.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// kafka-go retries by itself; a rebalance in progress is
+			// routine, a coordinator that never answers is not.
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			} else if time.Since(failingSince) > joinPatience {
+				return fmt.Errorf("join replay group %s: %w", cfg.GroupID, err)
+			}
+			run.log.Warn("joining replay group failed, retrying", "err", err)
+			continue
+		}
+		failingSince = time.Time{}
+		err = run.generation(ctx, gen)
+		if !errors.Is(err, errRebalanced) {
+			return err
+		}
+		run.log.Info("replay group rebalanced, rejoining")
+	}
+}
+
+// leave closes the group (LeaveGroup: the next run joins at once), bounded.
+func (run *replayRun) leave(group *kafka.ConsumerGroup) {
+	done := make(chan struct{})
+	go func() { _ = group.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(commitTimeout):
+		run.log.Warn("leaving replay group timed out")
+	}
+}
+
+// generation replays the partitions of gen in order. It returns
+// errRebalanced when the generation ended first.
+func (run *replayRun) generation(ctx context.Context, gen *kafka.Generation) error {
+	topic := run.r.cfg.DLQTopic
+	work, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The work runs here, not in a Start function (one returning ends the
+	// generation); this one only watches for the generation's end.
+	gen.Start(func(genCtx context.Context) {
+		<-genCtx.Done()
+		cancel()
+	})
+	assigned := slices.SortedFunc(slices.Values(gen.Assignments[topic]), func(a, b kafka.PartitionAssignment) int {
+		return cmp.Compare(a.ID, b.ID)
+	})
+	ids := make([]int, 0, len(assigned))
+	for _, a := range assigned {
+		ids = append(ids, a.ID)
+	}
+	run.log.Info("replay partitions assigned", "generation", gen.ID, "partitions", ids)
+	for _, a := range assigned {
+		commit := func(next int64) error {
+			done := make(chan error, 1)
+			go func() { done <- gen.CommitOffsets(map[string]map[int]int64{topic: {a.ID: next}}) }()
+			select {
+			case err := <-done:
+				if errors.Is(err, kafka.RebalanceInProgress) || errors.Is(err, kafka.IllegalGeneration) ||
+					errors.Is(err, kafka.UnknownMemberId) || errors.Is(err, kafka.ErrGenerationEnded) {
+					return fmt.Errorf("%w: %w", errRebalanced, err)
+				}
+				return err
+			case <-time.After(commitTimeout):
+				return errors.New("offset commit timed out")
+			}
+		}
+		stop, err := run.partition(ctx, work, a.ID, a.Offset, commit)
+		if err != nil {
+			if ctx.Err() == nil && work.Err() != nil {
+				return errRebalanced
+			}
+			return err
+		}
+		if stop {
+			return nil
+		}
+	}
+	return nil
+}
+
+// dryRun judges every partition from the group's committed offsets without
+// joining the group.
+func (run *replayRun) dryRun(ctx context.Context) error {
+	topic := run.r.cfg.DLQTopic
+	ids := slices.Sorted(maps.Keys(run.bounds))
+	res, err := run.r.client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: run.r.cfg.GroupID, Topics: map[string][]int{topic: ids}})
+	if err != nil {
+		return fmt.Errorf("committed offsets of %s: %w", run.r.cfg.GroupID, err)
+	}
+	// A group that never committed is "not found" on some brokers.
+	if res.Error != nil && !errors.Is(res.Error, kafka.GroupIdNotFound) {
+		return fmt.Errorf("committed offsets of %s: %w", run.r.cfg.GroupID, res.Error)
+	}
+	committed := map[int]int64{}
+	for _, po := range res.Topics[topic] {
+		if po.Error == nil {
+			committed[po.Partition] = po.CommittedOffset
+		}
+	}
+	for _, id := range ids {
+		from, ok := committed[id]
+		if !ok {
+			from = -1
+		}
+		stop, err := run.partition(ctx, ctx, id, from, nil)
+		if err != nil || stop {
+			return err
+		}
+	}
+	return nil
+}
+
+// partition replays one partition from the group's offset from (negative:
+// none) up to its end at the start of the run. commit is nil in a dry run.
+// Skipped records are committed with the next republished one or at the
+// end. stop reports that the run must end here (--max reached).
+func (run *replayRun) partition(ctx, work context.Context, partition int, from int64, commit func(int64) error) (stop bool, err error) {
+	cfg := run.r.cfg
+	b, ok := run.bounds[partition]
+	if !ok {
+		return false, nil // created after the start
+	}
+	start := from
+	if start < b.first {
+		if start >= 0 {
+			run.log.Warn("dead-letter records expired before they were replayed", "partition", partition,
+				"from", start, "first", b.first)
+		}
+		start = b.first
+	}
+	if start >= b.end {
+		return false, nil
+	}
+	log := run.log.With("partition", partition)
+	rd := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: cfg.Brokers, Topic: cfg.DLQTopic, Partition: partition, Dialer: cfg.Dialer,
+		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 250 * time.Millisecond, ReadLagInterval: -1,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			log.Warn("kafka reader", "detail", fmt.Sprintf(msg, args...))
+		}),
+	})
+	defer rd.Close()
+	if err := rd.SetOffset(start); err != nil {
+		return false, fmt.Errorf("read %s/%d from %d: %w", cfg.DLQTopic, partition, start, err)
+	}
+
+	// The DLQ writer is not transactional, so offsets are dense up to the
+	// end: the loop reaches it.
+	next, committed := start, start
+	flush := func() error {
+		if commit == nil || next == committed {
+			return nil
+		}
+		if err := commit(next); err != nil {
+			return fmt.Errorf("commit %s/%d at %d: %w", cfg.DLQTopic, partition, next, err)
+		}
+		committed = next
+		return nil
+	}
+	for next < b.end {
+		msg, err := rd.FetchMessage(work)
+		if err != nil {
+			_ = flush() // best effort: the skipped records before
+			return false, fmt.Errorf("read %s/%d at %d: %w", cfg.DLQTopic, partition, next, err)
+		}
+		if msg.Offset >= b.end {
+			break
+		}
+		v := run.r.judge(msg, run.opts.Reason)
+		at := []any{"offset", msg.Offset, "reason", string(v.reason)}
+		switch {
+		case v.skip:
+			run.sum.count(v.reason, func(c *Counts) { c.Skipped++ })
+			next = msg.Offset + 1
+			log.Debug("dead-letter record skipped by the reason filter", at...)
+		case v.why != "":
+			run.sum.count(v.reason, func(c *Counts) { c.Refused++ })
+			log.Error("dead-letter record refused, replay stops", append(at, "why", v.why)...)
+			if err := flush(); err != nil {
+				return false, err
+			}
+			return true, &RefusedError{Topic: cfg.DLQTopic, Partition: partition, Offset: msg.Offset, Why: v.why}
+		default:
+			if commit != nil {
+				// The operator's ctx, not work: a rebalance must not
+				// abort a write half-way (it would be retried anyway).
+				if err := run.writer.WriteMessages(ctx, v.out); err != nil {
+					_ = flush()
+					return false, fmt.Errorf("republish %s/%d@%d to %s: %w", cfg.DLQTopic, partition, msg.Offset, cfg.SourceTopic, err)
+				}
+			}
+			run.sum.count(v.reason, func(c *Counts) { c.Replayed++ })
+			next = msg.Offset + 1
+			if err := flush(); err != nil {
+				return false, fmt.Errorf("%w (the record was republished and will be again, which is harmless)", err)
+			}
+			msgText := "dead-letter record replayed"
+			if commit == nil {
+				msgText = "dead-letter record would be replayed"
+			}
+			log.Info(msgText, append(at, "replay_count", v.count, "topic", cfg.SourceTopic)...)
+			if run.opts.Max > 0 && run.sum.Total.Replayed >= run.opts.Max {
+				run.sum.MaxReached = true
+				return true, nil
+			}
+		}
+	}
+	return false, flush()
+}
