@@ -29,3 +29,6 @@ fi
 
 go vet ./...
 go test -race -count=1 -timeout 30m "$@" ./...
+# deploy/ is a module of its own (Kubernetes and Prometheus dependencies
+# stay out of the service): manifests, overlays, PromQL, Dockerfile.
+(cd deploy && go vet ./... && go test -count=1 ./...)

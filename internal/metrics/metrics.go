@@ -70,6 +70,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "billing_retries_total", Help: "Retried processing attempts, by error kind.",
 		}, []string{"kind"}),
 	}
+	// Every label value exists from the start, at zero: an alert on
+	// rate() or increase() then sees the first DLQ record, instead of a
+	// series that is born with it.
+	for _, r := range []string{"charged", "duplicate", "duplicate_order", "dlq"} {
+		m.Events.WithLabelValues(r)
+	}
+	for _, r := range []string{"invalid", "permanent", "conflict", "exhausted"} {
+		m.DLQ.WithLabelValues(r)
+	}
 	reg.MustRegister(m.Events, m.DLQ, m.EventDuration, m.PaymentRequests, m.PaymentDuration,
 		m.ConsumerLag, m.CommittedOffset, m.DedupPartitions, m.DedupBypassed, m.Retries)
 	return m
