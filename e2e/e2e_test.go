@@ -49,13 +49,19 @@ func buildBinary(t *testing.T) string {
 
 func newWorld(t *testing.T, partitions int, faults paysim.Faults) *world {
 	t.Helper()
+	return newWorldOn(t, kafkatest.Brokers(t), pgtest.NewDatabase(t), partitions, faults)
+}
+
+// newWorldOn is newWorld on the given brokers and (fresh) database.
+func newWorldOn(t *testing.T, brokers []string, dbURL string, partitions int, faults paysim.Faults) *world {
+	t.Helper()
 	w := &world{
 		bin:      buildBinary(t),
-		brokers:  kafkatest.Brokers(t),
+		brokers:  brokers,
 		topic:    kafkatest.UniqueName("orders"),
 		dlqTopic: kafkatest.UniqueName("orders-dlq"),
 		group:    kafkatest.UniqueName("billing"),
-		dbURL:    pgtest.NewDatabase(t),
+		dbURL:    dbURL,
 	}
 	kafkatest.CreateTopic(t, w.brokers, w.topic, partitions)
 	kafkatest.CreateTopic(t, w.brokers, w.dlqTopic, 1)

@@ -46,12 +46,18 @@ func AdminURL(t testing.TB) string {
 // The database is dropped when the test ends.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
-	admin := AdminURL(t)
+	return NewDatabaseOn(t, AdminURL(t))
+}
+
+// NewDatabaseOn is NewDatabase on the server of admin, a URL whose role may
+// create databases.
+func NewDatabaseOn(t testing.TB, admin string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		t.Fatalf("connect to %s: %v", EnvURL, err)
+		t.Fatalf("connect to the admin database: %v", err)
 	}
 	defer conn.Close(ctx)
 	b := make([]byte, 6)
@@ -75,7 +81,7 @@ func NewDatabase(t testing.TB) string {
 	})
 	u, err := url.Parse(admin)
 	if err != nil {
-		t.Fatalf("%s is not a URL", EnvURL)
+		t.Fatalf("the admin database URL is not a URL")
 	}
 	u.Path = "/" + name
 	return u.String()

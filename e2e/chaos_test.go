@@ -1,0 +1,351 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/dlq"
+	"github.com/billing-consumer/billing-consumer/internal/harness"
+	"github.com/billing-consumer/billing-consumer/internal/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+)
+
+// chaosProfile sizes a fault-injection run. BILLING_CHAOS_PROFILE picks it:
+// "short" (the default, part of make test) or "long" (make chaos).
+type chaosProfile struct {
+	name       string
+	orders     int
+	actions    int           // fault actions taken
+	every      time.Duration // mean pause between actions
+	minKills   int
+	minFaults  int // provider faults injected (5xx, resets, timeouts)
+	restartsPG int
+	restartsKB int
+}
+
+func profile(t *testing.T) chaosProfile {
+	switch p := os.Getenv("BILLING_CHAOS_PROFILE"); p {
+	case "", "short":
+		return chaosProfile{name: "short", orders: 4000, actions: 24, every: 700 * time.Millisecond,
+			minKills: 8, minFaults: 100, restartsPG: 1, restartsKB: 1}
+	case "long":
+		return chaosProfile{name: "long", orders: 40000, actions: 300, every: 600 * time.Millisecond,
+			minKills: 100, minFaults: 1000, restartsPG: 5, restartsKB: 5}
+	default:
+		t.Fatalf("BILLING_CHAOS_PROFILE=%q: want short or long", p)
+		return chaosProfile{}
+	}
+}
+
+// services is a Postgres cluster and a Kafka broker of the chaos test's
+// own, started through the project's scripts, so that restarting them does
+// not disturb the tests running beside it.
+type services struct {
+	pgEnv, kafkaEnv []string
+	adminURL        string
+	brokers         []string
+}
+
+func startServices(t *testing.T) *services {
+	t.Helper()
+	// Not t.TempDir: Postgres runs as its own user, which must reach the
+	// directory.
+	dir, err := os.MkdirTemp("", "billing-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s := &services{
+		pgEnv:    []string{"PG_DIR=" + dir + "/pg", "PG_PORT=55499"},
+		kafkaEnv: []string{"KAFKA_DIR=" + dir + "/kafka", "KAFKA_PORT=19492", "KAFKA_CONTROLLER_PORT=19493"},
+	}
+	s.adminURL = strings.TrimSpace(s.script(t, s.pgEnv, "pg.sh", "start"))
+	s.brokers = []string{strings.TrimSpace(s.script(t, s.kafkaEnv, "kafka.sh", "start"))}
+	t.Cleanup(func() {
+		_, _ = s.try(s.kafkaEnv, "kafka.sh", "stop")
+		_, _ = s.try(s.pgEnv, "pg.sh", "stop")
+	})
+	return s
+}
+
+func (s *services) try(env []string, script string, args ...string) (string, error) {
+	cmd := exec.Command("../scripts/"+script, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("scripts/%s %s: %v\n%s", script, strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out), nil
+}
+
+func (s *services) script(t *testing.T, env []string, script string, args ...string) string {
+	t.Helper()
+	out, err := s.try(env, script, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// cutProxy forwards TCP to the provider and can cut the network: while cut,
+// it refuses new connections and has dropped the open ones.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	cut    atomic.Bool
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.serve)
+	t.Cleanup(func() { ln.Close(); p.setCut(true); p.wg.Wait() })
+	return p
+}
+
+func (p *cutProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if p.cut.Load() {
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.track(c, up)
+		p.wg.Go(func() { io.Copy(up, c); up.Close() })
+		p.wg.Go(func() { io.Copy(c, up); c.Close() })
+	}
+}
+
+func (p *cutProxy) track(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		p.conns[c] = struct{}{}
+	}
+}
+
+func (p *cutProxy) setCut(cut bool) {
+	p.cut.Store(cut)
+	if !cut {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+// TestChaos runs two consumer replicas while it kills them at random
+// moments, restarts the broker and Postgres, cuts the network to the
+// provider, turns on bursts of provider faults (5xx, accept-then-reset,
+// latency spikes past the client timeout) and replays already processed
+// events from the DLQ; duplicates, some in other partitions, are part of
+// the traffic. Then it checks SPEC §9 from the outside and prints what it
+// did. The profile sets the sizes (BILLING_CHAOS_PROFILE).
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault-injection suite; runs in make test and make chaos")
+	}
+	prof := profile(t)
+	svc := startServices(t)
+	w := newWorldOn(t, svc.brokers, pgtest.NewDatabaseOn(t, svc.adminURL), 6, paysim.Faults{})
+	proxy := newCutProxy(t, strings.TrimPrefix(w.simURL, "http://"))
+	w.simURL = "http://" + proxy.ln.Addr().String()
+
+	first := time.Now().UnixMilli() * 10
+	plan := mustPlan(t, harness.Spec{
+		Orders: prof.orders, FirstOrderID: first, DuplicateRate: 0.15, CrossPartitionRate: 0.5,
+		Invalid: 30, SecondEvents: 10, Conflicts: 5, Declined: 5, Seed: uint64(first), Now: time.Now(),
+	})
+	base := paysim.Faults{Latency: 2 * time.Millisecond, LatencyJitter: 8 * time.Millisecond,
+		Decline: func(order int64) bool { return plan.Declined[order] }}
+	w.sim.SetFaults(base)
+	env := []string{
+		"BILLING_KAFKA_SESSION_TIMEOUT=3s", "BILLING_KAFKA_REBALANCE_TIMEOUT=6s", "BILLING_DRAIN_TIMEOUT=2s",
+		"BILLING_SHUTDOWN_TIMEOUT=15s", "BILLING_PAYMENT_TIMEOUT=500ms", "BILLING_MAX_ATTEMPTS=30",
+		"BILLING_RETRY_BACKOFF=20ms", "BILLING_RETRY_BACKOFF_MAX=1s", "BILLING_CONCURRENCY=32",
+	}
+
+	// The traffic arrives throughout the run, not all at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	produced := make(chan error, 1)
+	go func() {
+		const chunk = 200
+		pause := time.Duration(int64(prof.every) * int64(prof.actions) * chunk / int64(len(plan.Records)))
+		for i := 0; i < len(plan.Records); i += chunk {
+			recs := plan.Records[i:min(i+chunk, len(plan.Records))]
+			for {
+				err := harness.Produce(ctx, w.brokers, w.topic, recs)
+				if err == nil {
+					break
+				}
+				if ctx.Err() != nil {
+					produced <- err
+					return
+				}
+				time.Sleep(200 * time.Millisecond) // the broker is restarting
+			}
+			time.Sleep(pause)
+		}
+		produced <- nil
+	}()
+
+	replicas := []*harness.Process{w.start(t, env, "run"), w.start(t, env, "run")}
+	rng := rand.New(rand.NewPCG(uint64(first), 7))
+	counts := map[string]int{}
+	restarts := schedule(prof)
+	for i := range prof.actions {
+		time.Sleep(time.Duration(rng.Int64N(int64(2 * prof.every))))
+		action := pick(rng, i, restarts)
+		counts[action]++
+		switch action {
+		case "kill":
+			r := rng.IntN(len(replicas))
+			replicas[r].Kill()
+			replicas[r] = w.start(t, env, "run")
+		case "5xx burst", "reset burst", "latency spike":
+			f := base
+			switch action {
+			case "5xx burst":
+				f.ErrorRate = 0.5
+			case "reset burst":
+				f.ResetRate = 0.3
+			default:
+				f.Latency = 700 * time.Millisecond // past the 500 ms client timeout: outcome unknown
+			}
+			w.sim.SetFaults(f)
+			time.Sleep(prof.every)
+			w.sim.SetFaults(base)
+		case "provider cut":
+			proxy.setCut(true)
+			time.Sleep(2 * time.Second)
+			proxy.setCut(false)
+		case "broker restart":
+			svc.script(t, svc.kafkaEnv, "kafka.sh", "restart")
+		case "postgres restart":
+			svc.script(t, svc.pgEnv, "pg.sh", "restart")
+		case "replay of processed events":
+			replayProcessed(t, w, plan)
+		}
+	}
+	if err := <-produced; err != nil {
+		t.Fatalf("producing the workload: %v", err)
+	}
+	w.sim.SetFaults(base)
+	proxy.setCut(false)
+
+	// Anything that ran out of attempts during the storms is replayed,
+	// as an operator would.
+	for _, r := range replicas {
+		if exited, _ := r.Exited(); exited {
+			t.Fatal("a replica exited by itself during the run")
+		}
+	}
+	w.waitDrained(t, replicas[0], 5*time.Minute)
+	if err := w.run(t, "dlq", "replay", "--reason", "exhausted").Wait(context.Background()); err != nil {
+		t.Fatalf("dlq replay: %v", err)
+	}
+	w.waitDrained(t, replicas[0], 5*time.Minute)
+	for _, r := range replicas {
+		if err := r.Stop(30 * time.Second); err != nil {
+			t.Fatalf("graceful stop after the run: %v", err)
+		}
+	}
+
+	rep := w.verify(t, plan, first, prof.orders)
+	inj := w.sim.Injected()
+	lost := len(rep.NotCharged) + rep.InvalidMissing
+	t.Logf("chaos profile %s: %d records, %d actions %v", prof.name, len(plan.Records), prof.actions, counts)
+	t.Logf("kills survived: %d; provider faults injected: %d 5xx, %d accept-then-reset, %d declines; replays served %d",
+		counts["kill"], inj.Errors, inj.Resets, inj.Declines, w.sim.Replays())
+	t.Logf("double charges: %d; lost events: %d; DLQ %v", len(rep.DoubleCharged), lost, rep.DLQ)
+	report(t, rep)
+	if counts["kill"] < prof.minKills || inj.Errors+inj.Resets < prof.minFaults {
+		t.Fatalf("the run injected %d kills and %d provider faults; the %s profile promises at least %d and %d",
+			counts["kill"], inj.Errors+inj.Resets, prof.name, prof.minKills, prof.minFaults)
+	}
+}
+
+// schedule places the broker and Postgres restarts evenly over the run,
+// alternating.
+func schedule(prof chaosProfile) map[int]string {
+	m := map[int]string{}
+	n := prof.restartsPG + prof.restartsKB
+	for k := range n {
+		what := "broker restart"
+		if k%2 == 1 {
+			what = "postgres restart"
+		}
+		m[(k+1)*prof.actions/(n+1)] = what
+	}
+	return m
+}
+
+// pick chooses the i-th action: the scheduled restarts, otherwise a kill
+// half the time and one of the other faults the rest.
+func pick(rng *rand.Rand, i int, restarts map[int]string) string {
+	if what, ok := restarts[i]; ok {
+		return what
+	}
+	if rng.IntN(2) == 0 {
+		return "kill"
+	}
+	return []string{"5xx burst", "reset burst", "latency spike", "provider cut", "replay of processed events"}[rng.IntN(5)]
+}
+
+// replayProcessed copies a few records of already charged orders into the
+// DLQ and replays them: they must come out as duplicates.
+func replayProcessed(t *testing.T, w *world, plan harness.Plan) {
+	t.Helper()
+	var recs []kafka.Message
+	for _, m := range plan.Records[:min(20, len(plan.Records))] {
+		m.Topic = w.topic
+		recs = append(recs, dlq.Record(m, w.group, dlq.Exhausted, fmt.Errorf("chaos: copied"), 1, time.Now()))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := harness.Produce(ctx, w.brokers, w.dlqTopic, recs); err != nil {
+		t.Logf("replay setup: %v (broker busy; skipped this time)", err)
+		return
+	}
+	p := w.run(t, "dlq", "replay")
+	if err := p.Wait(ctx); err != nil {
+		t.Logf("dlq replay: %v", err)
+	}
+}
+
