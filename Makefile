@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: demo build test chaos fuzz pg-start pg-stop fmt vet clean
+.PHONY: demo build test bench chaos fuzz pg-start pg-stop fmt vet clean
 
 demo: build ## the demo: local Kafka (in-process), local Postgres, simulated provider, ~10,000 events, a summary
 	BILLING_DATABASE_URL="$${BILLING_DATABASE_URL:-$$(scripts/pg.sh start)}" go run ./cmd/billing-demo -consumer bin/billing-consumer
@@ -15,12 +15,18 @@ build: ## static binary in bin/
 test: ## every test, against a scratch Postgres this target starts
 	scripts/test.sh
 
+bench: build ## throughput, latency and memory of the real binary against real Kafka and Postgres (fsync on); writes docs/benchmarks.md and .svg
+	BILLING_DATABASE_URL="$${BILLING_DATABASE_URL:-$$(scripts/pg.sh start)}" BENCH_BROKERS="$$(scripts/kafka.sh start)" \
+		go run ./cmd/billing-bench -consumer bin/billing-consumer -out docs/benchmarks.md -chart docs/benchmarks.svg
+
 chaos: build ## the long fault-injection profile: >=100 kills, >=1000 provider faults, broker and Postgres restarts
 	BILLING_CHAOS_PROFILE=long go test -count=1 -run TestChaos -v -timeout 90m ./e2e
 
 fuzz: ## each fuzz target for FUZZTIME (default 30s)
 	go test -run XXX -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./internal/events/
 	go test -run XXX -fuzz FuzzParseAmount -fuzztime $${FUZZTIME:-30s} ./internal/money/
+	go test -run XXX -fuzz FuzzRecord -fuzztime $${FUZZTIME:-30s} ./internal/dlq/
+	go test -run XXX -fuzz FuzzChargeBody -fuzztime $${FUZZTIME:-30s} ./internal/payment/
 
 pg-start: ## start the scratch Postgres and print its URL
 	@scripts/pg.sh start

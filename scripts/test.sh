@@ -32,3 +32,6 @@ go test -race -count=1 -timeout 30m "$@" ./...
 # deploy/ is a module of its own (Kubernetes and Prometheus dependencies
 # stay out of the service): manifests, overlays, PromQL, Dockerfile.
 (cd deploy && go vet ./... && go test -count=1 ./...)
+# Hostile input: each fuzz target runs for a bounded time on top of its
+# seed corpus (which plain go test already ran).
+make fuzz FUZZTIME="${FUZZTIME:-10s}"
