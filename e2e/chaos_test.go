@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -260,7 +261,7 @@ func TestChaos(t *testing.T) {
 		case "postgres restart":
 			svc.script(t, svc.pgEnv, "pg.sh", "restart")
 		case "replay of processed events":
-			replayProcessed(t, w, plan)
+			replayProcessed(t, w, plan, rng)
 		}
 	}
 	if err := <-produced; err != nil {
@@ -328,12 +329,24 @@ func pick(rng *rand.Rand, i int, restarts map[int]string) string {
 	return []string{"5xx burst", "reset burst", "latency spike", "provider cut", "replay of processed events"}[rng.IntN(5)]
 }
 
-// replayProcessed copies a few records of already charged orders into the
-// DLQ and replays them: they must come out as duplicates.
-func replayProcessed(t *testing.T, w *world, plan harness.Plan) {
+// replayProcessed copies a few records of charged orders into the DLQ and
+// replays them: they must come out as duplicates. (Invalid or declined
+// records would come back to the DLQ and, replayed again and again, reach
+// the replay limit, which stops every later replay by design.)
+func replayProcessed(t *testing.T, w *world, plan harness.Plan, rng *rand.Rand) {
 	t.Helper()
 	var recs []kafka.Message
-	for _, m := range plan.Records[:min(20, len(plan.Records))] {
+	for start := rng.IntN(len(plan.Records)); len(recs) < 20 && start < len(plan.Records); start++ {
+		m := plan.Records[start]
+		var ev struct {
+			OrderID int64 `json:"order_id"`
+		}
+		if json.Unmarshal(m.Value, &ev) != nil {
+			continue
+		}
+		if _, ok := plan.Charged[ev.OrderID]; !ok {
+			continue
+		}
 		m.Topic = w.topic
 		recs = append(recs, dlq.Record(m, w.group, dlq.Exhausted, fmt.Errorf("chaos: copied"), 1, time.Now()))
 	}
