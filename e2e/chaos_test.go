@@ -339,13 +339,14 @@ func replayProcessed(t *testing.T, w *world, plan harness.Plan, rng *rand.Rand) 
 	for start := rng.IntN(len(plan.Records)); len(recs) < 20 && start < len(plan.Records); start++ {
 		m := plan.Records[start]
 		var ev struct {
-			OrderID int64 `json:"order_id"`
+			OrderID int64  `json:"order_id"`
+			Amount  string `json:"total_amount"`
 		}
 		if json.Unmarshal(m.Value, &ev) != nil {
 			continue
 		}
-		if _, ok := plan.Charged[ev.OrderID]; !ok {
-			continue
+		if amount, ok := plan.Charged[ev.OrderID]; !ok || amount.String() != ev.Amount {
+			continue // not a charged order, or its conflicting second event
 		}
 		m.Topic = w.topic
 		recs = append(recs, dlq.Record(m, w.group, dlq.Exhausted, fmt.Errorf("chaos: copied"), 1, time.Now()))
