@@ -40,7 +40,17 @@ const (
 	// HeaderReplayCount is set by dlq replay on the republished record and
 	// kept when that record fails again.
 	HeaderReplayCount = "dlq-replay-count"
+	// HeaderValueTruncated is set, to the original value's size in bytes,
+	// on the rare dead-letter record whose value had to be cut to
+	// MaxTruncatedValue because the dead-letter topic refused it whole.
+	// The full value stays in the source topic at dlq-original-offset
+	// until its retention ends.
+	HeaderValueTruncated = "dlq-value-truncated"
 )
+
+// MaxTruncatedValue is how much of a value too large for the dead-letter
+// topic is kept.
+const MaxTruncatedValue = 64 << 10
 
 // maxErrorLen bounds the dlq-error header.
 const maxErrorLen = 1024
@@ -118,6 +128,9 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 		BatchTimeout: 2 * time.Millisecond,
 		WriteTimeout: 10 * time.Second,
 		MaxAttempts:  3,
+		// The broker's max.message.bytes of the topic decides what fits,
+		// not kafka-go's 1 MiB default batch limit.
+		BatchBytes: 16 << 20,
 		Transport:    cfg.Transport,
 	}
 	return &Writer{w: w, group: cfg.GroupID, now: cfg.Now}, nil
@@ -128,10 +141,40 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 // (the topic may then hold the record twice, which replay tolerates).
 func (w *Writer) Send(ctx context.Context, msg kafka.Message, reason Reason, cause error, attempts int) error {
 	rec := Record(msg, w.group, reason, cause, attempts, w.now())
-	if err := w.w.WriteMessages(ctx, rec); err != nil {
+	err := w.w.WriteMessages(ctx, rec)
+	if tooLarge(err) && len(rec.Value) > MaxTruncatedValue {
+		// Refusing forever would stop the partition behind this record;
+		// keeping the head of the value and the coordinates of the whole
+		// record loses nothing that the source topic does not still hold.
+		rec.Headers = append(rec.Headers, kafka.Header{Key: HeaderValueTruncated, Value: []byte(strconv.Itoa(len(rec.Value)))})
+		rec.Value = rec.Value[:MaxTruncatedValue]
+		err = w.w.WriteMessages(ctx, rec)
+	}
+	if err != nil {
 		return fmt.Errorf("dead-letter %s/%d@%d: %w", msg.Topic, msg.Partition, msg.Offset, err)
 	}
 	return nil
+}
+
+// tooLarge reports whether err says the record is too large for the
+// broker or the writer.
+func tooLarge(err error) bool {
+	if err == nil {
+		return false
+	}
+	var mtl kafka.MessageTooLargeError
+	if errors.As(err, &mtl) || errors.Is(err, kafka.MessageSizeTooLarge) {
+		return true
+	}
+	var we kafka.WriteErrors
+	if errors.As(err, &we) {
+		for _, e := range we {
+			if tooLarge(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Close flushes and closes the writer.
