@@ -19,6 +19,7 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/harness"
+	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
 	"github.com/billing-consumer/billing-consumer/internal/paysim"
 	"github.com/billing-consumer/billing-consumer/internal/pgtest"
 )
@@ -72,8 +73,9 @@ func startServices(t *testing.T) *services {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	s := &services{
-		pgEnv:    []string{"PG_DIR=" + dir + "/pg", "PG_PORT=55499"},
-		kafkaEnv: []string{"KAFKA_DIR=" + dir + "/kafka", "KAFKA_PORT=19492", "KAFKA_CONTROLLER_PORT=19493"},
+		pgEnv: []string{"PG_DIR=" + dir + "/pg", "PG_PORT=" + freePort(t)},
+		kafkaEnv: []string{"KAFKA_DIR=" + dir + "/kafka", "KAFKA_PORT=" + freePort(t),
+			"KAFKA_CONTROLLER_PORT=" + freePort(t)},
 	}
 	s.adminURL = strings.TrimSpace(s.script(t, s.pgEnv, "pg.sh", "start"))
 	s.brokers = []string{strings.TrimSpace(s.script(t, s.kafkaEnv, "kafka.sh", "start"))}
@@ -82,6 +84,16 @@ func startServices(t *testing.T) *services {
 		_, _ = s.try(s.pgEnv, "pg.sh", "stop")
 	})
 	return s
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	_, port, err := net.SplitHostPort(kafkatest.FreePort(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
 }
 
 func (s *services) try(env []string, script string, args ...string) (string, error) {
