@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// machine describes where the numbers were taken.
+type machine struct {
+	CPUs         int
+	CPUModel     string
+	Memory       string
+	Kernel       string
+	LoadAvg      string // at the start, to show what else was running
+	GoVersion    string
+	Consumer     string // billing-consumer version line
+	PGVersion    string
+	Fsync        string
+	SyncCommit   string
+	KafkaVersion string
+}
+
+// describeEnv collects the machine, the Go toolchain and the versions and
+// durability settings of the services.
+func describeEnv(ctx context.Context, pool *pgxpool.Pool, o options) (machine, error) {
+	m := machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+	m.CPUModel = procField("/proc/cpuinfo", "model name")
+	if kb, err := strconv.ParseFloat(strings.Fields(procField("/proc/meminfo", "MemTotal") + " 0")[0], 64); err == nil {
+		m.Memory = fmt.Sprintf("%.1f GiB", kb/(1<<20))
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		m.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	if out, err := exec.CommandContext(ctx, o.bin, "version").Output(); err == nil {
+		m.Consumer = strings.TrimSpace(string(out))
+	} else {
+		return m, fmt.Errorf("%s version: %w (run make build)", o.bin, err)
+	}
+	for _, q := range []struct {
+		sql string
+		dst *string
+	}{{"SHOW server_version", &m.PGVersion}, {"SHOW fsync", &m.Fsync}, {"SHOW synchronous_commit", &m.SyncCommit}} {
+		if err := pool.QueryRow(ctx, q.sql).Scan(q.dst); err != nil {
+			return m, fmt.Errorf("%s: %w", q.sql, err)
+		}
+	}
+	m.KafkaVersion = "unknown"
+	if out, err := exec.CommandContext(ctx, o.kafkaScript, "version").Output(); err == nil {
+		m.KafkaVersion = "Apache Kafka " + strings.TrimSpace(string(out))
+	}
+	return m, nil
+}
+
+// procField returns the value of the first "key: value" line of a /proc
+// file, or "".
+func procField(path, key string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		k, v, ok := strings.Cut(s.Text(), ":")
+		if ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// runOnce runs a one-shot billing-consumer command (migrate, retention)
+// with env and waits for it.
+func runOnce(ctx context.Context, bin string, env []string, log io.Writer, command string) error {
+	cmd := exec.CommandContext(ctx, bin, command)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("billing-consumer %s: %w (see the log)", command, err)
+	}
+	return nil
+}

@@ -1,0 +1,222 @@
+// Command billing-bench measures the real billing-consumer binary on this
+// machine: throughput draining a backlog, produce-to-commit latency under a
+// steady offered load, and peak memory, for the sequential mode and the
+// default (parallel) mode at three payment-provider latencies, against a
+// real Kafka broker (BENCH_BROKERS), the Postgres of BILLING_DATABASE_URL
+// (fsync on) and the in-process payment-provider simulator. It also runs
+// pgbench with the statements of one billing transaction, to show what
+// Postgres alone allows.
+//
+// It prints a table, writes a Markdown report and an SVG chart, and exits 1
+// when any run broke exactly-once charging. make bench starts the services
+// and runs it.
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "billing-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// mode is a consumer configuration under test.
+type mode struct {
+	name string
+	env  []string // BILLING_* settings on top of the common ones
+	// sequential runs are time-boxed: the backlog is not meant to drain.
+	sequential bool
+}
+
+var modes = []mode{
+	{name: "sequential", env: []string{"BILLING_CONCURRENCY=1", "BILLING_KAFKA_COMMIT_INTERVAL=0"}, sequential: true},
+	{name: "default"},
+}
+
+// latencies are the provider latencies of the runs.
+var latencies = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond}
+
+// backlog is the number of records produced before the consumer starts:
+// enough for several seconds of work in the default mode, more than the
+// time box holds in the sequential mode.
+func backlog(m mode, latency time.Duration, scale float64) int {
+	n := map[bool]map[time.Duration]int{
+		true:  {0: 14000, 20 * time.Millisecond: 700, 100 * time.Millisecond: 150},
+		false: {0: 30000, 20 * time.Millisecond: 25000, 100 * time.Millisecond: 7000},
+	}[m.sequential][latency]
+	return max(50, int(float64(n)*scale))
+}
+
+// options are the command-line settings.
+type options struct {
+	bin, out, chart, logPath, pgbench, kafkaScript string
+	brokers                                        []string
+	dbURL                                          string
+	timebox, steadyFor, poll                       time.Duration
+	steadyCap                                      float64
+	scale                                          float64
+	skipPgbench                                    bool
+	only                                           string
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("billing-bench", flag.ContinueOnError)
+	var o options
+	fs.StringVar(&o.bin, "consumer", "bin/billing-consumer", "path of the billing-consumer binary")
+	fs.StringVar(&o.out, "out", "", "write the Markdown report here (empty: none)")
+	fs.StringVar(&o.chart, "chart", "", "write the SVG chart here (empty: none)")
+	fs.StringVar(&o.logPath, "log", "bin/billing-bench.log", "where the consumers' JSON logs go")
+	fs.StringVar(&o.pgbench, "pgbench", "", "pgbench binary (empty: the newest /usr/lib/postgresql/*/bin/pgbench, else PATH)")
+	fs.StringVar(&o.kafkaScript, "kafka-script", "scripts/kafka.sh", "asked for the Kafka version")
+	fs.DurationVar(&o.timebox, "timebox", 10*time.Second, "how long a sequential run consumes its backlog")
+	fs.DurationVar(&o.steadyFor, "steady", 5*time.Second, "duration of the steady offered load")
+	fs.Float64Var(&o.steadyCap, "steady-cap", 1500, "cap of the steady offered load, events/s")
+	fs.DurationVar(&o.poll, "poll", 20*time.Millisecond, "interval of the committed-offset polling")
+	fs.Float64Var(&o.scale, "scale", 1, "multiplies every backlog size (e.g. 0.2 for a quick try)")
+	fs.BoolVar(&o.skipPgbench, "skip-pgbench", false, "do not run pgbench")
+	fs.StringVar(&o.only, "only", "", "run only these mode:latency pairs, comma-separated (e.g. default:20ms), for trying things out")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	o.dbURL = os.Getenv("BILLING_DATABASE_URL")
+	if o.dbURL == "" {
+		return errors.New("BILLING_DATABASE_URL: required (make bench starts a local Postgres and sets it)")
+	}
+	if b := strings.TrimSpace(os.Getenv("BENCH_BROKERS")); b != "" {
+		o.brokers = strings.Split(b, ",")
+	} else {
+		return errors.New("BENCH_BROKERS: required, the real Kafka broker (make bench runs scripts/kafka.sh start)")
+	}
+	if err := os.MkdirAll(filepath.Dir(o.logPath), 0o755); err != nil {
+		return err
+	}
+	logf, err := os.Create(o.logPath)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+
+	began := time.Now()
+	pool, err := pgxpool.New(ctx, o.dbURL)
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer pool.Close()
+	env, err := describeEnv(ctx, pool, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "billing-bench: %d CPUs, %s RAM, %s, Postgres %s (fsync=%s, synchronous_commit=%s), Kafka %s at %s\n",
+		env.CPUs, env.Memory, env.GoVersion, env.PGVersion, env.Fsync, env.SyncCommit, env.KafkaVersion, strings.Join(o.brokers, ","))
+	if env.Fsync != "on" {
+		return fmt.Errorf("postgres runs with fsync=%s: the numbers would not be those of durable commits", env.Fsync)
+	}
+	if err := kafkatest.CreateTopicErr(ctx, o.brokers, dlqTopic, 3); err != nil {
+		return fmt.Errorf("create topic %s: %w", dlqTopic, err)
+	}
+	fmt.Fprintf(stdout, "migrating %s...\n", redact(o.dbURL))
+	for _, command := range []string{"migrate", "retention"} { // retention creates today's dedup partitions
+		if err := runOnce(ctx, o.bin, []string{"BILLING_DATABASE_URL=" + o.dbURL}, logf, command); err != nil {
+			return err
+		}
+	}
+
+	b := &bench{o: o, pool: pool, log: logf, out: stdout, firstOrder: time.Now().UnixMilli() * 1000, svc: findServices(o)}
+	var results []result
+	var failures []string
+	for _, m := range modes {
+		for _, l := range latencies {
+			if o.only != "" && !slices.Contains(strings.Split(o.only, ","), fmt.Sprintf("%s:%v", m.name, l)) {
+				continue
+			}
+			r, err := b.measure(ctx, m, l)
+			if err != nil {
+				return fmt.Errorf("%s at %v: %w", m.name, l, err)
+			}
+			results = append(results, r)
+			failures = append(failures, r.problems...)
+			fmt.Fprintln(stdout, r.line())
+		}
+	}
+
+	var pgb []pgbenchResult
+	if !o.skipPgbench {
+		pgb, err = runPgbench(ctx, o, pool, logf, stdout)
+		if err != nil {
+			return fmt.Errorf("pgbench: %w", err)
+		}
+	}
+	rep := report{env: env, opts: o, results: results, pgbench: pgb, took: time.Since(began)}
+	rep.printTable(stdout)
+	if o.chart != "" {
+		if err := os.WriteFile(o.chart, []byte(chartSVG(results)), 0o644); err != nil {
+			return err
+		}
+	}
+	if o.out != "" {
+		if err := os.WriteFile(o.out, []byte(rep.markdown(o.chart)), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s", o.out)
+		if o.chart != "" {
+			fmt.Fprintf(stdout, " and %s", o.chart)
+		}
+		fmt.Fprintln(stdout)
+	}
+	if len(failures) > 0 {
+		return fmt.Errorf("exactly-once charging violated: %s", strings.Join(failures, "; "))
+	}
+	return nil
+}
+
+// findServices finds the processes of the Kafka broker (o.brokers[0]) and
+// of the Postgres server (BILLING_DATABASE_URL) by their listening ports,
+// for the CPU accounting.
+func findServices(o options) services {
+	var svc services
+	if _, port, ok := strings.Cut(o.brokers[0], ":"); ok {
+		if p, err := strconv.Atoi(port); err == nil {
+			svc.kafka = listenerPID(p)
+		}
+	}
+	if u, err := url.Parse(o.dbURL); err == nil {
+		p, _ := strconv.Atoi(cmp.Or(u.Port(), "5432"))
+		svc.postgres = listenerPID(p)
+	}
+	return svc
+}
+
+// redact hides the password of a postgres:// URL for printing.
+func redact(u string) string {
+	at := strings.LastIndex(u, "@")
+	scheme := strings.Index(u, "://")
+	if at < 0 || scheme < 0 {
+		return u
+	}
+	user, _, _ := strings.Cut(u[scheme+3:at], ":")
+	return u[:scheme+3] + user + ":***" + u[at:]
+}
