@@ -1,0 +1,24 @@
+package payment
+
+import (
+	"crypto/tls"
+	"errors"
+)
+
+// tlsRejected reports whether err is a TLS handshake that failed on our
+// side: the provider's certificate does not verify against the roots
+// (system or Config.TLS.RootCAs) or does not name the host, or the server
+// answered with something that is not TLS. (An HTTP server at an https URL
+// is not recognised: net/http reports it with an untyped error, which stays
+// Transient, and the outage detection pauses.) No request was sent, and every event would
+// fail alike until the configuration (BILLING_PAYMENT_URL,
+// BILLING_PAYMENT_CA_FILE) or the provider's certificate is fixed: it is
+// Systemic, a pause, like a 401, and not Transient, which would dead-letter
+// each event as exhausted until enough had failed to call it an outage.
+func tlsRejected(err error) bool {
+	var (
+		verify *tls.CertificateVerificationError
+		record tls.RecordHeaderError
+	)
+	return errors.As(err, &verify) || errors.As(err, &record)
+}
