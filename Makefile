@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: demo build test bench chaos fuzz pg-start pg-stop fmt vet clean
+.PHONY: demo build test lint bench chaos fuzz pg-start pg-stop fmt vet clean
 
 demo: build ## the demo: local Kafka (in-process), local Postgres, simulated provider, ~10,000 events, a summary
 	BILLING_DATABASE_URL="$${BILLING_DATABASE_URL:-$$(scripts/pg.sh start)}" go run ./cmd/billing-demo -consumer bin/billing-consumer
@@ -14,6 +14,9 @@ build: ## static binary in bin/
 
 test: ## every test, against a scratch Postgres this target starts
 	scripts/test.sh
+
+lint: ## gofmt, go vet, staticcheck and govulncheck (skipped with a warning when its vulnerability database is unreachable)
+	scripts/lint.sh
 
 bench: build ## throughput, latency and memory of the real binary against real Kafka and Postgres (fsync on); writes docs/benchmarks.md and .svg
 	BILLING_DATABASE_URL="$${BILLING_DATABASE_URL:-$$(scripts/pg.sh start)}" BENCH_BROKERS="$$(scripts/kafka.sh start)" \

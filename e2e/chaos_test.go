@@ -41,7 +41,7 @@ func profile(t *testing.T) chaosProfile {
 	switch p := os.Getenv("BILLING_CHAOS_PROFILE"); p {
 	case "", "short":
 		return chaosProfile{name: "short", orders: 4000, actions: 24, every: 700 * time.Millisecond,
-			minKills: 8, minFaults: 100, restartsPG: 1, restartsKB: 1}
+			minKills: 8, minFaults: 50, restartsPG: 1, restartsKB: 1}
 	case "long":
 		return chaosProfile{name: "long", orders: 40000, actions: 300, every: 600 * time.Millisecond,
 			minKills: 100, minFaults: 1000, restartsPG: 5, restartsKB: 5}
@@ -374,4 +374,3 @@ func replayProcessed(t *testing.T, w *world, plan harness.Plan, rng *rand.Rand) 
 		t.Logf("dlq replay: %v", err)
 	}
 }
-

@@ -22,7 +22,7 @@ func TestCrashTest(t *testing.T) {
 	w := newWorld(t, 3, paysim.Faults{})
 	// Enough orders that the default parallel mode is still mid-stream
 	// after the last kill.
-	const orders = 5000
+	const orders = 20000
 	first := time.Now().UnixMilli() * 10
 	plan := mustPlan(t, harness.Spec{
 		Orders: orders, FirstOrderID: first, DuplicateRate: 0.1, CrossPartitionRate: 0.3,
@@ -45,7 +45,7 @@ func TestCrashTest(t *testing.T) {
 	for i := range kills {
 		before := w.ledgerRows(t)
 		p := w.start(t, env, "run")
-		w.waitLedger(t, p, before+200, 90*time.Second)
+		w.waitLedger(t, p, before+300, 90*time.Second)
 		if i%2 == 0 {
 			deadline := time.Now().Add(10 * time.Second)
 			for w.sim.InFlight() == 0 && time.Now().Before(deadline) {

@@ -2,9 +2,11 @@
 # The whole test suite, as `make test` and CI run it. It starts the services
 # the tests need — a scratch Postgres (scripts/pg.sh) and a real Apache Kafka
 # broker in KRaft mode (scripts/kafka.sh, jars from Maven Central, cached) —
-# then vets and tests every package with the race detector. Nothing is
-# skipped: with CI set, a test that cannot reach its service fails, and a
-# broker that does not start fails the run.
+# then lints (scripts/lint.sh) and tests every package with the race
+# detector. e2e's TestKafkaSecurity starts a second, secured broker of its
+# own (scripts/kafka-secure.sh: SASL_SSL, SSL with client certificates) on
+# free ports. Nothing is skipped: with CI set, a test that cannot reach its
+# service fails, and a broker that does not start fails the run.
 #
 # KAFKA=kfake runs the Kafka suites against franz-go's in-process kfake
 # instead, for fast local iterations (never in CI).
@@ -27,7 +29,8 @@ else
 	trap 'scripts/kafka.sh stop >/dev/null 2>&1 || true' EXIT
 fi
 
-go vet ./...
+# go vet, staticcheck and govulncheck (scripts/lint.sh, also make lint)
+scripts/lint.sh
 go test -race -count=1 -timeout 30m "$@" ./...
 # deploy/ is a module of its own (Kubernetes and Prometheus dependencies
 # stay out of the service): manifests, overlays, PromQL, Dockerfile.

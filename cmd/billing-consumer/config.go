@@ -37,14 +37,15 @@ type config struct {
 
 	DatabaseURL     string `split_words:"true" secret:"true" desc:"pgx connection string, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full (required; or DATABASE_URL_FILE)"`
 	DatabaseURLFile string `split_words:"true" desc:"file holding BILLING_DATABASE_URL (a mounted secret)"`
-	DBMaxConns      int32  `split_words:"true" default:"0" desc:"Postgres pool size; each in-flight event holds a connection during its charge, so 0 means BILLING_CONCURRENCY+8"`
+	DBMaxConns      int32  `split_words:"true" default:"0" desc:"Postgres pool size; each in-flight transaction (one event, or a batch) holds a connection during its charges. 0: min(BILLING_CONCURRENCY, 28)+4, or BILLING_CONCURRENCY+4 without batching"`
+	BatchSize       int    `split_words:"true" default:"32" desc:"most events billed in one transaction (one commit, charges in parallel); events arriving together are batched while the connections are busy. 1 is one transaction per event"`
 
 	PaymentURL       string        `split_words:"true" desc:"base URL of the payment provider; charges go to {url}/payments/charge (required by run)"`
 	PaymentToken     string        `split_words:"true" secret:"true" desc:"bearer token for the payment provider (optional; or PAYMENT_TOKEN_FILE)"`
 	PaymentTokenFile string        `split_words:"true" desc:"file holding BILLING_PAYMENT_TOKEN (a mounted secret)"`
 	PaymentTimeout   time.Duration `split_words:"true" default:"10s" desc:"timeout of one payment request, body included"`
 
-	Concurrency           int           `split_words:"true" default:"64" desc:"events processed at once by this instance, across partitions; events with the same record key always run one at a time, in order. 1 with BILLING_KAFKA_COMMIT_INTERVAL=0 is the sequential mode"`
+	Concurrency           int           `split_words:"true" default:"256" desc:"events processed at once by this instance, across partitions; events with the same record key always run one at a time, in order. 1 with BILLING_KAFKA_COMMIT_INTERVAL=0 is the sequential mode"`
 	PartitionWindow       int           `split_words:"true" default:"1024" desc:"records of one partition fetched but not yet committable; a full window pauses fetching (bounds memory)"`
 	KafkaCommitInterval   time.Duration `split_words:"true" default:"1s" desc:"commit offsets (the finished prefix of each partition) on this interval, and on revoke and shutdown; 0 commits after every event"`
 	KafkaSessionTimeout   time.Duration `split_words:"true" default:"30s" desc:"consumer group session timeout"`
@@ -66,6 +67,19 @@ type config struct {
 	RetentionInterval    time.Duration `split_words:"true" default:"1h" desc:"interval of the running consumer's partition maintenance"`
 
 	LogLevel string `split_words:"true" default:"info" desc:"debug, info, warn or error"`
+
+	// Transport security (security.go). KafkaTLSCaFile is spelled so for
+	// split_words: "KafkaTLSCAFile" would become KAFKA_TLSCA_FILE.
+	KafkaTLS              bool   `split_words:"true" default:"false" desc:"connect to the brokers with TLS (1.2 or later, certificates always verified); needed by every other BILLING_KAFKA_TLS_ variable"`
+	KafkaTLSCaFile        string `split_words:"true" desc:"PEM file of the CA certificates that sign the brokers' certificates (empty: the system roots)"`
+	KafkaTLSCertFile      string `split_words:"true" desc:"PEM client certificate (chain), for brokers that authenticate clients by certificate; with BILLING_KAFKA_TLS_KEY_FILE"`
+	KafkaTLSKeyFile       string `split_words:"true" desc:"PEM private key (unencrypted) of BILLING_KAFKA_TLS_CERT_FILE"`
+	KafkaTLSServerName    string `split_words:"true" desc:"name verified in every broker's certificate (empty: the host of the address dialled)"`
+	KafkaSASLMechanism    string `split_words:"true" default:"none" desc:"SASL mechanism: none, plain (requires BILLING_KAFKA_TLS), scram-sha-256 or scram-sha-512"`
+	KafkaSASLUsername     string `split_words:"true" desc:"SASL user name (required with a mechanism)"`
+	KafkaSASLPassword     string `split_words:"true" secret:"true" desc:"SASL password (required with a mechanism; or KAFKA_SASL_PASSWORD_FILE)"`
+	KafkaSASLPasswordFile string `split_words:"true" desc:"file holding BILLING_KAFKA_SASL_PASSWORD (a mounted secret)"`
+	PaymentCAFile         string `split_words:"true" desc:"PEM file of the CA certificates trusted for an https BILLING_PAYMENT_URL, instead of the system roots"`
 }
 
 // loadConfig reads the environment and resolves *_FILE secrets. Its errors
@@ -89,6 +103,9 @@ func loadConfig() (config, error) {
 		return c, err
 	}
 	if c.PaymentToken, err = secret("PAYMENT_TOKEN", c.PaymentToken, c.PaymentTokenFile); err != nil {
+		return c, err
+	}
+	if c.KafkaSASLPassword, err = secret("KAFKA_SASL_PASSWORD", c.KafkaSASLPassword, c.KafkaSASLPasswordFile); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -132,6 +149,12 @@ func (c config) validate(n need) error {
 	}
 	if c.DBMaxConns < 0 {
 		return v("DB_MAX_CONNS", "must be 0 (automatic) or positive, got %d", c.DBMaxConns)
+	}
+	if c.BatchSize < 1 || c.BatchSize > 1000 {
+		return v("BATCH_SIZE", "must be between 1 and 1000, got %d", c.BatchSize)
+	}
+	if c.DBMaxConns > 0 && c.DBMaxConns <= reservedConns {
+		return v("DB_MAX_CONNS", "must be above %d (connections kept for maintenance and readiness), got %d", reservedConns, c.DBMaxConns)
 	}
 	if c.Concurrency < 1 || c.Concurrency > 4096 {
 		return v("CONCURRENCY", "must be between 1 and 4096, got %d", c.Concurrency)
@@ -191,6 +214,9 @@ func (c config) validate(n need) error {
 		if c.KafkaLagInterval < time.Second {
 			return v("KAFKA_LAG_INTERVAL", "must be at least 1s, got %s", c.KafkaLagInterval)
 		}
+		if err := c.validateKafkaSecurity(); err != nil {
+			return err
+		}
 	}
 	if n.payment {
 		u, err := url.Parse(c.PaymentURL)
@@ -215,6 +241,9 @@ func (c config) validate(n need) error {
 		if c.RetryBackoffMax < c.RetryBackoff {
 			return v("RETRY_BACKOFF_MAX", "must be at least BILLING_RETRY_BACKOFF (%s), got %s", c.RetryBackoff, c.RetryBackoffMax)
 		}
+		if c.PaymentCAFile != "" && u.Scheme != "https" {
+			return v("PAYMENT_CA_FILE", "set, but BILLING_PAYMENT_URL is not https")
+		}
 	}
 	if n.kafka {
 		if c.DLQMaxReplays < 1 || c.DLQMaxReplays > 100 {
@@ -229,14 +258,22 @@ func (c config) validate(n need) error {
 	return nil
 }
 
-// dbMaxConns is the pool size: BILLING_DB_MAX_CONNS, or enough for every
-// in-flight event plus the background work when it is 0.
+// dbMaxConns is the pool size: BILLING_DB_MAX_CONNS, or when it is 0 enough
+// for the billing transactions plus background work (maintenance,
+// readiness). With batching, events beyond the connections wait in bigger
+// batches rather than for connections of their own.
 func (c config) dbMaxConns() int32 {
 	if c.DBMaxConns > 0 {
 		return c.DBMaxConns
 	}
-	return int32(c.Concurrency) + 8
+	if c.BatchSize > 1 {
+		return int32(min(c.Concurrency, 28)) + reservedConns
+	}
+	return int32(c.Concurrency) + reservedConns
 }
+
+// reservedConns are the pool's connections kept from billing.
+const reservedConns = 4
 
 func (c config) logLevel() (slog.Level, error) {
 	var l slog.Level

@@ -45,13 +45,23 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := cfg.validate(need{kafka: true, withoutDB: true}); err != nil {
 		return err
 	}
+	kconns, err := kafkaConns(cfg)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg, stderr)
+	if err := checkKafka(ctx, kconns, cfg, logger); err != nil {
+		return err
+	}
 	r, err := dlq.NewReplayer(dlq.ReplayConfig{
 		Brokers:     cfg.KafkaBrokers,
 		DLQTopic:    cfg.KafkaDLQTopic,
 		SourceTopic: cfg.KafkaTopic,
 		GroupID:     cfg.dlqReplayGroup(),
 		MaxReplays:  cfg.DLQMaxReplays,
-		Logger:      newLogger(cfg, stderr),
+		Dialer:      kconns.Dialer,
+		Transport:   kconns.Transport,
+		Logger:      logger,
 	})
 	if err != nil {
 		return err

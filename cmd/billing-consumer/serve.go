@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/metrics"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/pipeline"
+	"github.com/billing-consumer/billing-consumer/internal/tracing"
 )
 
 // serve is `billing-consumer run`: consume until ctx is cancelled, then shut
@@ -42,11 +44,35 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := cfg.validate(need{kafka: true, payment: true}); err != nil {
 		return err
 	}
+	kconns, err := kafkaConns(cfg)
+	if err != nil {
+		return err
+	}
+	payTLS, err := paymentTLS(cfg)
+	if err != nil {
+		return err
+	}
 	logger := newLogger(cfg, stderr)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
+
+	// Spans are exported only when OTEL_EXPORTER_OTLP_ENDPOINT is set; an
+	// incoming traceparent is propagated either way. Flushed last, so the
+	// drain's spans go too.
+	tp, stopTracing, err := tracing.Setup(ctx, os.Getenv, logger, "billing-consumer", version)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(tctx); err != nil {
+			logger.Warn("flushing spans at shutdown", "err", err)
+		}
+	}()
+	tracer, propagator := tp.Tracer(tracing.ScopeName), tracing.Propagator()
 
 	pool, err := openPool(ctx, cfg)
 	if err != nil {
@@ -64,13 +90,20 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			m.PaymentDuration.Observe(elapsed.Seconds())
 		},
 		Proxy: http.ProxyFromEnvironment,
+		TLS:   payTLS,
+
+		Propagator: propagator,
+		Tracer:     tracer,
 	})
 	if err != nil {
 		return err
 	}
 	defer payer.CloseIdleConnections()
 
-	transport := &kafka.Transport{}
+	if err := checkKafka(ctx, kconns, cfg, logger); err != nil {
+		return err
+	}
+	transport := kconns.Transport // TLS and SASL; one pool for the DLQ writer and the lag client
 	dlqWriter, err := dlq.NewWriter(dlq.WriterConfig{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaDLQTopic, GroupID: cfg.KafkaGroupID,
 		Transport: transport, Now: time.Now,
@@ -80,8 +113,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer dlqWriter.Close()
 
+	var biller pipeline.Biller = billing.New(pool, payer, cfg.KafkaGroupID, time.Now, logger)
+	if cfg.BatchSize > 1 {
+		batcher := billing.NewBatcher(biller.(*billing.Service), cfg.BatchSize,
+			int(cfg.dbMaxConns())-reservedConns, func(n int) { m.BatchSize.Observe(float64(n)) })
+		defer batcher.Close() // after the consumer has drained
+		biller = batcher
+	}
 	handler, err := pipeline.New(pipeline.Config{
-		Biller:          billing.New(pool, payer, cfg.KafkaGroupID, time.Now, logger),
+		Biller:          biller,
 		DLQ:             dlqWriter,
 		Metrics:         m,
 		Logger:          logger,
@@ -90,6 +130,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		OutageThreshold: cfg.OutageThreshold,
 		BackoffBase:     cfg.RetryBackoff,
 		BackoffMax:      cfg.RetryBackoffMax,
+		Tracer:          tracer,
+		Propagator:      propagator,
 	})
 	if err != nil {
 		return err
@@ -99,6 +141,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Brokers:          cfg.KafkaBrokers,
 		Topic:            topic,
 		GroupID:          cfg.KafkaGroupID,
+		Dialer:           kconns.Dialer,
 		Concurrency:      cfg.Concurrency,
 		PartitionWindow:  cfg.PartitionWindow,
 		CommitInterval:   cfg.KafkaCommitInterval,

@@ -111,8 +111,9 @@ func (s *Service) Process(ctx context.Context, ev events.OrderConfirmed) (Result
 
 func (s *Service) process(ctx context.Context, ev events.OrderConfirmed, withDedup bool) (Result, error) {
 	var res Result
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		res = Result{}
+	var chargeErr error
+	err := withTx(ctx, s.db, func(tx pgx.Tx) error {
+		res, chargeErr = Result{}, nil
 		now := s.now()
 		if withDedup {
 			fresh, err := dedup.MarkProcessed(ctx, tx, ev.EventID, s.group, now)
@@ -139,7 +140,8 @@ func (s *Service) process(ctx context.Context, ev events.OrderConfirmed, withDed
 			Amount:         ev.TotalAmount,
 		})
 		if err != nil {
-			return fmt.Errorf("charge order %d: %w", ev.OrderID, err)
+			chargeErr = fmt.Errorf("charge order %d: %w", ev.OrderID, err)
+			return s.settleFailedCharge(context.WithoutCancel(ctx), tx, ev, withDedup, err)
 		}
 		if _, err := tx.Exec(ctx, recordChargeSQL, ev.OrderID, r.ChargeID, s.now()); err != nil {
 			return classifyDB(fmt.Errorf("record charge of order %d: %w", ev.OrderID, err))
@@ -151,14 +153,57 @@ func (s *Service) process(ctx context.Context, ev events.OrderConfirmed, withDed
 		// Begin or Commit failed.
 		err = classifyDB(err)
 	}
+	if err == nil {
+		err = chargeErr
+	}
 	return res, err
 }
 
+// settleFailedCharge keeps, in tx, what a failed charge must leave behind.
+// The event is not done, so its processed_event row goes. Its ledger claim
+// stays, as 'pending', unless the failure proves nothing was taken (the
+// provider refused the charge, or it was never sent): a charge whose
+// outcome is unknown keeps the order claimed by this event, so no other
+// event for the order can charge it before this one's retry settles it.
+// tx then commits.
+func (s *Service) settleFailedCharge(ctx context.Context, tx pgx.Tx, ev events.OrderConfirmed, withDedup bool, cause error) error {
+	if withDedup {
+		if _, err := tx.Exec(ctx, unmarkSQL, ev.EventID, s.group); err != nil {
+			return classifyDB(err)
+		}
+	}
+	if k := fault.KindOf(cause); k == fault.Permanent || k == fault.Invalid {
+		if _, err := tx.Exec(ctx, releaseClaimSQL, ev.OrderID, ev.EventID); err != nil {
+			return classifyDB(err)
+		}
+	}
+	return nil
+}
+
+// withTx runs fn in a transaction, like pgx.BeginFunc, but commits with a
+// context that outlives ctx (bounded): when a shutdown cancels ctx during
+// a charge, the pending claim must still be committed.
+func withTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return tx.Commit(cctx)
+}
+
 const (
-	claimOrderSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, charged_at)
-VALUES ($1, $2, $3, $4::numeric, $5) ON CONFLICT DO NOTHING`
-	existingChargeSQL = `SELECT event_id, customer_id, amount::text FROM charge WHERE order_id = $1`
-	recordChargeSQL   = `UPDATE charge SET provider_charge_id = $2, charged_at = $3 WHERE order_id = $1`
+	claimOrderSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, charged_at, status)
+VALUES ($1, $2, $3, $4::numeric, $5, 'pending') ON CONFLICT DO NOTHING`
+	existingChargeSQL = `SELECT event_id, customer_id, amount::text, status FROM charge WHERE order_id = $1`
+	recordChargeSQL   = `UPDATE charge SET provider_charge_id = $2, charged_at = $3, status = 'charged' WHERE order_id = $1`
+	unmarkSQL         = `DELETE FROM processed_event WHERE event_id = $1 AND consumer_group = $2`
+	releaseClaimSQL   = `DELETE FROM charge WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
 )
 
 // claimOrder inserts the order's ledger row. An empty outcome and nil error
@@ -176,8 +221,9 @@ func (s *Service) claimOrder(ctx context.Context, tx pgx.Tx, ev events.OrderConf
 		eventID    uuid.UUID
 		customerID int64
 		amount     string
+		status     string
 	)
-	err = tx.QueryRow(ctx, existingChargeSQL, ev.OrderID).Scan(&eventID, &customerID, &amount)
+	err = tx.QueryRow(ctx, existingChargeSQL, ev.OrderID).Scan(&eventID, &customerID, &amount, &status)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The insert conflicted on event_id, not order_id: this event_id
 		// already charged another order. A producer bug or a forgery.
@@ -187,8 +233,12 @@ func (s *Service) claimOrder(ctx context.Context, tx pgx.Tx, ev events.OrderConf
 		return "", classifyDB(fmt.Errorf("read charge of order %d: %w", ev.OrderID, err))
 	}
 	switch {
+	case eventID == ev.EventID && status == "pending":
+		return "", nil // our own earlier charge, outcome unknown: charge again, same key
 	case eventID == ev.EventID:
 		return Duplicate, nil
+	case status == "pending":
+		return "", fault.Errorf(fault.Transient, "order %d has a charge of unknown outcome by event %s; waiting for it to settle", ev.OrderID, eventID)
 	case amount != ev.TotalAmount.String() || customerID != ev.CustomerID:
 		return "", fault.Errorf(fault.Conflict, "order %d already charged by event %s with other parameters", ev.OrderID, eventID)
 	default:

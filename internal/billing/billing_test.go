@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
@@ -29,10 +31,13 @@ const group = "billing-order-confirmed"
 var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 type env struct {
-	pool *pgxpool.Pool
-	sim  *paysim.Sim
-	svc  *billing.Service
+	pool     *pgxpool.Pool
+	sim      *paysim.Sim
+	svc      *billing.Service
+	declined map[int64]bool // orders the simulator declines, for Faults.Decline
 }
+
+func (e *env) decline(order int64) bool { return e.declined[order] }
 
 // newEnv returns a billing service on a fresh database with today's
 // partitions, charging through a real client against the simulator.
@@ -51,7 +56,8 @@ func newEnv(t *testing.T, token string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{pool: pool, sim: sim, svc: billing.New(pool, client, group, func() time.Time { return now }, discard())}
+	return &env{pool: pool, sim: sim, svc: billing.New(pool, client, group, func() time.Time { return now }, discard()),
+		declined: map[int64]bool{}}
 }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -86,6 +92,17 @@ func (e *env) ledger(t *testing.T, orderID int64) (int, string) {
 		return n, ""
 	}
 	return n, *id
+}
+
+// status returns the order's ledger status, or "" without a row.
+func (e *env) status(t *testing.T, orderID int64) string {
+	t.Helper()
+	var st string
+	err := e.pool.QueryRow(context.Background(), "SELECT status FROM charge WHERE order_id=$1", orderID).Scan(&st)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatal(err)
+	}
+	return st
 }
 
 func (e *env) processedRows(t *testing.T, id uuid.UUID) int {
@@ -131,8 +148,9 @@ func TestFailedChargeRollsBackSoARetryCharges(t *testing.T) {
 	if n := e.processedRows(t, ev.EventID); n != 0 {
 		t.Fatalf("processed_event rows after a failed charge = %d, want 0 (rolled back)", n)
 	}
-	if n, _ := e.ledger(t, 1002); n != 0 {
-		t.Fatalf("ledger rows after a failed charge = %d, want 0", n)
+	// A 5xx leaves the outcome unknown: the order stays claimed, pending.
+	if st := e.status(t, 1002); st != "pending" {
+		t.Fatalf("ledger status after a failed charge = %q, want pending", st)
 	}
 	e.sim.SetFaults(paysim.Faults{})
 	res, err := e.svc.Process(context.Background(), ev)
@@ -295,8 +313,10 @@ func TestKeyReusedWithOtherParametersIsConflict(t *testing.T) {
 	if _, err := e.svc.Process(context.Background(), ev); !fault.Is(err, fault.Conflict) {
 		t.Fatalf("Process = %v; want conflict", err)
 	}
-	if n, _ := e.ledger(t, 1009); n != 0 {
-		t.Fatal("a conflicting charge was recorded")
+	// The provider holds a charge under this key: the order stays claimed,
+	// pending, for an operator, rather than free for another event.
+	if st := e.status(t, 1009); st != "pending" || e.processedRows(t, ev.EventID) != 0 {
+		t.Fatalf("after a 422: ledger status %q, processed rows %d; want pending, 0", st, e.processedRows(t, ev.EventID))
 	}
 }
 

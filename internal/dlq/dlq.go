@@ -131,7 +131,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 		// The broker's max.message.bytes of the topic decides what fits,
 		// not kafka-go's 1 MiB default batch limit.
 		BatchBytes: 16 << 20,
-		Transport:    cfg.Transport,
+		Transport:  cfg.Transport,
 	}
 	return &Writer{w: w, group: cfg.GroupID, now: cfg.Now}, nil
 }

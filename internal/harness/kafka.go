@@ -33,12 +33,27 @@ func Produce(ctx context.Context, brokers []string, topic string, records []kafk
 	return nil
 }
 
-// Lag returns the group's position on every partition of topic.
+// Lag returns the group's position on every partition of topic. It
+// retries for a few seconds while the broker is not ready (just restarted
+// or resumed: "not leader", "not available").
 func Lag(ctx context.Context, brokers []string, topic, group string) ([]consumer.PartitionLag, error) {
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
-	return consumer.GroupLag(ctx, client, topic, group)
+	var err error
+	for try := 0; try < 20; try++ {
+		tr := &kafka.Transport{}
+		client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
+		var lags []consumer.PartitionLag
+		lags, err = consumer.GroupLag(ctx, client, topic, group)
+		tr.CloseIdleConnections()
+		if err == nil {
+			return lags, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	return nil, err
 }
 
 // WaitDrained polls until the group's committed offset equals the log-end

@@ -61,18 +61,22 @@ func Verify(ctx context.Context, c Check) (Report, error) {
 		providerAmount[ch.OrderID] = ch.Amount
 		r.ProviderCharges++
 	}
-	rows, err := c.DB.Query(ctx, "SELECT order_id, amount::text FROM charge WHERE order_id BETWEEN $1 AND $2", c.FirstOrderID, c.LastOrderID)
+	rows, err := c.DB.Query(ctx, "SELECT order_id, amount::text, status FROM charge WHERE order_id BETWEEN $1 AND $2", c.FirstOrderID, c.LastOrderID)
 	if err != nil {
 		return r, fmt.Errorf("read ledger: %w", err)
 	}
 	ledger := map[int64]string{}
+	var pending []int64
 	for rows.Next() {
 		var id int64
-		var amount string
-		if err := rows.Scan(&id, &amount); err != nil {
+		var amount, status string
+		if err := rows.Scan(&id, &amount, &status); err != nil {
 			return r, err
 		}
 		ledger[id] = amount
+		if status != "charged" {
+			pending = append(pending, id)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return r, fmt.Errorf("read ledger: %w", err)
@@ -109,6 +113,10 @@ func Verify(ctx context.Context, c Check) (Report, error) {
 	slices.Sort(r.DoubleCharged)
 	slices.Sort(r.NotCharged)
 	slices.Sort(r.WrongCharges)
+	if len(pending) > 0 {
+		slices.Sort(pending)
+		problem("%d orders left with a charge of unknown outcome (ledger status pending): %v", len(pending), head(pending))
+	}
 	if len(r.DoubleCharged) > 0 {
 		problem("%d orders charged more than once at the provider: %v", len(r.DoubleCharged), head(r.DoubleCharged))
 	}

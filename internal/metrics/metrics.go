@@ -32,6 +32,8 @@ type Metrics struct {
 	DedupBypassed prometheus.Counter
 	// Retries counts retried attempts by error kind.
 	Retries *prometheus.CounterVec
+	// BatchSize is the number of events per billing transaction.
+	BatchSize prometheus.Histogram
 }
 
 // New creates the collectors and registers them on reg.
@@ -69,6 +71,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "billing_retries_total", Help: "Retried processing attempts, by error kind.",
 		}, []string{"kind"}),
+		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "billing_batch_size", Help: "Events billed per transaction.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+		}),
 	}
 	// Every label value exists from the start, at zero: an alert on
 	// rate() or increase() then sees the first DLQ record, instead of a
@@ -80,6 +86,6 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.DLQ.WithLabelValues(r)
 	}
 	reg.MustRegister(m.Events, m.DLQ, m.EventDuration, m.PaymentRequests, m.PaymentDuration,
-		m.ConsumerLag, m.CommittedOffset, m.DedupPartitions, m.DedupBypassed, m.Retries)
+		m.ConsumerLag, m.CommittedOffset, m.DedupPartitions, m.DedupBypassed, m.Retries, m.BatchSize)
 	return m
 }

@@ -25,6 +25,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 )
 
@@ -70,6 +74,14 @@ type Config struct {
 	// chosen by cmd; nil means direct connections. (internal/ never reads
 	// the environment itself.)
 	Proxy func(*http.Request) (*url.URL, error)
+	// Propagator, when set, writes the trace context of Charge's ctx into
+	// the request headers (traceparent, tracestate for W3C), so the
+	// provider's work joins the record's trace. Nil sends none. It never
+	// changes the body, the Idempotency-Key or the Authorization header.
+	Propagator propagation.TextMapPropagator
+	// Tracer, when set, starts a "payment.charge" client span per attempt,
+	// a child of the span in Charge's ctx; nil starts none.
+	Tracer trace.Tracer
 }
 
 // Client posts charges to the provider. It is safe for concurrent use by
@@ -81,6 +93,10 @@ type Client struct {
 	timeout  time.Duration
 	observe  func(string, time.Duration)
 	http     *http.Client
+	// propagator is nil when no trace context is sent; tracer is never nil.
+	propagator propagation.TextMapPropagator
+	tracer     trace.Tracer
+	path       string // the endpoint's path, for spans
 }
 
 // Result is the provider's acceptance of a charge.
@@ -138,9 +154,12 @@ func New(cfg Config) (*Client, error) {
 		ForceAttemptHTTP2:      true,
 	}
 	c := &Client{
-		endpoint: endpoint.String(),
-		timeout:  cfg.Timeout,
-		observe:  cfg.Observe,
+		endpoint:   endpoint.String(),
+		timeout:    cfg.Timeout,
+		observe:    cfg.Observe,
+		propagator: cfg.Propagator,
+		tracer:     cfg.Tracer,
+		path:       "/" + strings.TrimPrefix(endpoint.EscapedPath(), "/"),
 		http: &http.Client{
 			Transport: transport,
 			// No Client.Timeout: the per-attempt context in Charge covers
@@ -151,6 +170,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.Token != "" {
 		c.auth = "Bearer " + cfg.Token
+	}
+	if c.tracer == nil {
+		c.tracer = noop.NewTracerProvider().Tracer("")
 	}
 	return c, nil
 }
@@ -207,7 +229,9 @@ func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 //     Error.RetryAfter;
 //   - Conflict: 422, the key was used with another body;
 //   - Permanent: any other 4xx (400, 402, 404, ...);
-//   - Systemic: 401, 403, 407 or a 3xx, a configuration problem: pause;
+//   - Systemic: 401, 403, 407 or a 3xx, or the provider's certificate
+//     failing verification (see tlsRejected), a configuration problem:
+//     pause;
 //   - Invalid: ch itself is invalid (no request is sent).
 //
 // When ctx is cancelled the error also satisfies errors.Is(err,
@@ -216,11 +240,18 @@ func (c *Client) Charge(ctx context.Context, ch Charge) (Result, error) {
 	if err := ch.validate(); err != nil {
 		return Result{}, (&Error{Kind: fault.Invalid, Err: fmt.Errorf("invalid charge: %w", err)}).wrap()
 	}
+	ctx, span := c.startSpan(ctx)
+	defer span.End()
 	attemptCtx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(attemptCtx, http.MethodPost, c.endpoint, bytes.NewReader(ch.Body()))
 	if err != nil { // the URL was validated in New: a bug, not an event's fault
 		return Result{}, (&Error{Kind: fault.Systemic, Err: err}).wrap()
+	}
+	// Injected first, so that the headers set below win over anything a
+	// propagator might write.
+	if c.propagator != nil {
+		c.propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
@@ -236,6 +267,7 @@ func (c *Client) Charge(ctx context.Context, ch Charge) (Result, error) {
 	if c.observe != nil {
 		c.observe(code, time.Since(start))
 	}
+	endSpan(span, code, err)
 	return res, err
 }
 
@@ -290,6 +322,8 @@ func (c *Client) noAnswer(ctx, attemptCtx context.Context, err error) error {
 		}
 	case attemptCtx.Err() != nil:
 		err = fmt.Errorf("no answer within %s: %w", c.timeout, err)
+	case tlsRejected(err):
+		return (&Error{Kind: fault.Systemic, Err: err}).wrap()
 	}
 	return (&Error{Kind: fault.Transient, Err: err}).wrap()
 }

@@ -25,7 +25,8 @@ const maxRetryAfter = time.Hour
 type Error struct {
 	// Status is the HTTP status the provider answered, or 0 when no answer
 	// was received (network error, timeout, reset, cancellation): then the
-	// outcome is unknown and Kind is Transient.
+	// outcome is unknown and Kind is Transient; or Systemic when the TLS
+	// handshake failed our verification and nothing was sent.
 	Status int
 	// Kind is what the caller must do; see classify for the mapping.
 	Kind fault.Kind
@@ -44,6 +45,9 @@ type Error struct {
 
 // Error describes the attempt without secrets or personal data.
 func (e *Error) Error() string {
+	if e.Status == 0 && e.Kind == fault.Systemic {
+		return fmt.Sprintf("payment: charge not sent (%s): %v", e.Kind, e.Err)
+	}
 	if e.Status == 0 {
 		return fmt.Sprintf("payment: charge attempt failed (%s, outcome unknown): %v", e.Kind, e.Err)
 	}

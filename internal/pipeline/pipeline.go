@@ -32,12 +32,17 @@ import (
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
 	"github.com/sethvargo/go-retry"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/metrics"
+	"github.com/billing-consumer/billing-consumer/internal/tracing"
 )
 
 // Biller bills one validated event; *billing.Service is one.
@@ -51,7 +56,8 @@ type DeadLetterer interface {
 	Send(ctx context.Context, msg kafka.Message, reason dlq.Reason, cause error, attempts int) error
 }
 
-// Config configures a Handler. Every field is required.
+// Config configures a Handler. Every field is required, except Tracer and
+// Propagator.
 type Config struct {
 	Biller  Biller
 	DLQ     DeadLetterer
@@ -71,6 +77,13 @@ type Config struct {
 	// BackoffBase and BackoffMax shape the delay between attempts:
 	// exponential from BackoffBase, capped at BackoffMax, ±20% jitter.
 	BackoffBase, BackoffMax time.Duration
+	// Tracer starts the "billing.process" span of each record; nil means
+	// a no-op tracer, which records nothing but still hands an incoming
+	// trace context on to the payment call.
+	Tracer trace.Tracer
+	// Propagator reads the trace context from the record's headers; nil
+	// means W3C trace context (traceparent, tracestate).
+	Propagator propagation.TextMapPropagator
 }
 
 // Handler processes records. It is safe for concurrent use.
@@ -93,6 +106,12 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.MaxAttempts < 1 || cfg.BackoffBase <= 0 || cfg.BackoffMax < cfg.BackoffBase {
 		return nil, fmt.Errorf("pipeline: invalid retry policy: %d attempts, backoff %v..%v", cfg.MaxAttempts, cfg.BackoffBase, cfg.BackoffMax)
 	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider().Tracer(tracing.ScopeName)
+	}
+	if cfg.Propagator == nil {
+		cfg.Propagator = tracing.Propagator()
+	}
 	return &Handler{cfg: cfg, failing: map[uuid.UUID]struct{}{}}, nil
 }
 
@@ -104,11 +123,25 @@ func (h *Handler) Stalled() bool { return h.stalled.Load() > 0 }
 // Handle processes msg until it has an outcome that may be committed, and
 // returns nil; or returns ctx's error when ctx ends first, leaving msg
 // uncommitted for redelivery.
+//
+// The whole of it is one consumer span, a child of the record's
+// traceparent when it has one; the payment calls are its children.
 func (h *Handler) Handle(ctx context.Context, msg kafka.Message) error {
+	ctx, span := h.startSpan(ctx, msg)
+	defer span.End()
+	err := h.handle(ctx, msg)
+	if err != nil {
+		span.SetStatus(codes.Error, "abandoned, left for redelivery: "+err.Error())
+	}
+	return err
+}
+
+func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 	ev, err := events.Decode(msg.Value, h.cfg.Now())
 	if err != nil {
 		return h.deadLetter(ctx, msg, nil, dlq.Invalid, err, 1)
 	}
+	spanEvent(ctx, ev)
 	// Transient retries and systemic waits back off separately: a long
 	// outage must not leave the event's next transient retry at the cap.
 	transient, systemic := h.backoff(), h.backoff()
@@ -136,6 +169,7 @@ func (h *Handler) Handle(ctx context.Context, msg kafka.Message) error {
 			systemic = h.backoff()
 		}
 		if err == nil {
+			spanOutcome(ctx, string(res.Outcome), attempt)
 			h.cfg.Metrics.Events.WithLabelValues(string(res.Outcome)).Inc()
 			if res.DedupBypassed {
 				h.cfg.Metrics.DedupBypassed.Inc()
@@ -161,6 +195,7 @@ func (h *Handler) Handle(ctx context.Context, msg kafka.Message) error {
 				h.stalled.Add(1)
 			}
 			h.cfg.Metrics.Retries.WithLabelValues(fault.Systemic.String()).Inc()
+			spanRetry(ctx, fault.Systemic)
 			h.cfg.Logger.Error("systemic failure, pausing this event", "event_id", ev.EventID, "err", err)
 			if err := sleep(ctx, systemic); err != nil {
 				return err
@@ -171,6 +206,7 @@ func (h *Handler) Handle(ctx context.Context, msg kafka.Message) error {
 			return h.deadLetter(ctx, msg, &ev, dlq.Exhausted, err, attempt)
 		}
 		h.cfg.Metrics.Retries.WithLabelValues(kind.String()).Inc()
+		spanRetry(ctx, kind)
 		h.cfg.Logger.Warn("event failed, retrying", "event_id", ev.EventID, "order_id", ev.OrderID,
 			"attempt", attempt, "err", err)
 		if err := sleep(ctx, transient); err != nil {
@@ -221,6 +257,7 @@ func (h *Handler) deadLetter(ctx context.Context, msg kafka.Message, ev *events.
 			return err
 		}
 	}
+	spanDeadLettered(ctx, reason, attempts)
 	h.cfg.Metrics.Events.WithLabelValues("dlq").Inc()
 	h.cfg.Metrics.DLQ.WithLabelValues(string(reason)).Inc()
 	attrs := []any{"reason", reason, "topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset,

@@ -1,0 +1,212 @@
+package billing_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/billing-consumer/billing-consumer/internal/billing"
+	"github.com/billing-consumer/billing-consumer/internal/events"
+	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/paysim"
+)
+
+// processAll sends evs through one Batcher at once (one goroutine each)
+// whose single batch slot is held until all are queued, so they form
+// batches; it returns results in order.
+func processAll(t *testing.T, e *env, maxBatch int, evs []events.OrderConfirmed) ([]billing.Result, []error, []int) {
+	t.Helper()
+	var mu sync.Mutex
+	var sizes []int
+	b := billing.NewBatcher(e.svc, maxBatch, 1, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() })
+	defer b.Close()
+	// Occupy the only slot with a slow first event so the rest queue up.
+	e.sim.SetFaults(paysim.Faults{Latency: 300 * time.Millisecond, Decline: e.decline})
+	res := make([]billing.Result, len(evs))
+	errs := make([]error, len(evs))
+	var wg sync.WaitGroup
+	for i, ev := range evs {
+		wg.Go(func() { res[i], errs[i] = b.Process(context.Background(), ev) })
+		if i == 0 {
+			time.Sleep(50 * time.Millisecond) // the first one holds the slot
+		}
+	}
+	wg.Wait()
+	return res, errs, sizes
+}
+
+func TestBatchOutcomes(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	done := event(2001, 100)
+	if _, err := e.svc.Process(context.Background(), done); err != nil {
+		t.Fatal(err)
+	}
+	a := event(2002, 500)
+	sameOrder := event(2002, 500)  // another event, same amount: duplicate_order
+	otherAmount := event(2003, 10) // charged first ...
+	conflict := event(2003, 20)    // ... then a conflict
+	evs := []events.OrderConfirmed{event(2000, 1), a, a, sameOrder, done, otherAmount, conflict, event(2004, 700)}
+	res, errs, sizes := processAll(t, e, 32, evs)
+	t.Logf("batch sizes %v", sizes)
+	if len(sizes) != 2 || sizes[1] != len(evs)-1 {
+		t.Fatalf("batch sizes %v; want the first event alone, then one batch of the rest", sizes)
+	}
+	// The callers queue concurrently, so which of two events for one
+	// order came first is not fixed: count outcomes per order instead.
+	got := map[int64][]string{}
+	for i, ev := range evs {
+		o := string(res[i].Outcome)
+		if errs[i] != nil {
+			o = fault.KindOf(errs[i]).String()
+		}
+		got[ev.OrderID] = append(got[ev.OrderID], o)
+	}
+	want := map[int64][]string{
+		2000: {"charged"}, 2001: {"duplicate"}, 2004: {"charged"},
+		2002: {"charged", "duplicate", "duplicate_order"}, // a, a again, another event
+		2003: {"charged", "conflict"},
+	}
+	for order, w := range want {
+		slices.Sort(got[order])
+		if !slices.Equal(got[order], w) {
+			t.Errorf("order %d: outcomes %v, want %v", order, got[order], w)
+		}
+	}
+	for _, order := range []int64{2000, 2001, 2002, 2003, 2004} {
+		if n := e.sim.ChargesFor(order); n != 1 {
+			t.Errorf("order %d charged %d times", order, n)
+		}
+		if n, id := e.ledger(t, order); n != 1 || id == "" {
+			t.Errorf("order %d: %d ledger rows, charge id %q", order, n, id)
+		}
+	}
+	// The conflict left no processed_event row: once fixed, it can be
+	// replayed.
+	loser := conflict
+	if fault.Is(errs[5], fault.Conflict) {
+		loser = otherAmount
+	}
+	if n := e.processedRows(t, loser.EventID); n != 0 {
+		t.Errorf("the conflicting event kept %d processed_event rows", n)
+	}
+}
+
+// One charge in the batch is declined: that event fails alone and leaves
+// nothing behind; the others are charged once and recorded.
+func TestBatchFailedChargeFailsItsEventAlone(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	e.declined[3003] = true
+	evs := []events.OrderConfirmed{event(3000, 1), event(3001, 2), event(3002, 3), event(3003, 4), event(3004, 5)}
+	res, errs, sizes := processAll(t, e, 32, evs)
+	for i, ev := range evs {
+		if ev.OrderID == 3003 {
+			if !fault.Is(errs[i], fault.Permanent) {
+				t.Errorf("declined order: %+v, %v; want permanent", res[i], errs[i])
+			}
+			if n, _ := e.ledger(t, 3003); n != 0 || e.processedRows(t, ev.EventID) != 0 {
+				t.Error("the declined order left rows")
+			}
+			continue
+		}
+		if errs[i] != nil || res[i].Outcome != billing.Charged {
+			t.Errorf("order %d: %+v, %v; want charged", ev.OrderID, res[i], errs[i])
+		}
+		if n := e.sim.ChargesFor(ev.OrderID); n != 1 {
+			t.Errorf("order %d charged %d times", ev.OrderID, n)
+		}
+	}
+	if len(sizes) < 2 || sizes[1] != len(evs)-1 {
+		t.Errorf("batch sizes %v; the declined order was not billed in a batch, the test proves nothing", sizes)
+	}
+}
+
+// An event outside the dedup partitions makes the batch fall back; the
+// ledger decides it alone.
+func TestBatchWithEventOutsidePartitions(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	old := event(4001, 9)
+	old.EventID = v7At(now.Add(-40 * 24 * time.Hour))
+	evs := []events.OrderConfirmed{event(4000, 1), old, event(4002, 3)}
+	res, errs, _ := processAll(t, e, 32, evs)
+	for i := range evs {
+		if errs[i] != nil || res[i].Outcome != billing.Charged {
+			t.Errorf("event %d: %+v, %v", i, res[i], errs[i])
+		}
+	}
+	if !res[1].DedupBypassed {
+		t.Error("the old event was not marked as decided by the ledger")
+	}
+}
+
+// Many concurrent callers with duplicates and concurrent events for the
+// same orders: every order is charged exactly once.
+func TestBatcherConcurrentExactlyOnce(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	e.sim.SetFaults(paysim.Faults{Latency: 5 * time.Millisecond, ErrorRate: 0.05, ResetRate: 0.05})
+	b := billing.NewBatcher(e.svc, 16, 4, nil)
+	defer b.Close()
+	var evs []events.OrderConfirmed
+	for i := range 150 {
+		ev := event(int64(5000+i%100), 100) // orders 5000..5049 get two distinct events
+		evs = append(evs, ev)
+		if i%7 == 0 {
+			evs = append(evs, ev) // and some events come twice
+		}
+	}
+	var wg sync.WaitGroup
+	for _, ev := range evs {
+		wg.Go(func() {
+			for {
+				_, err := b.Process(context.Background(), ev)
+				if err == nil {
+					return
+				}
+				if !fault.Is(err, fault.Transient) {
+					t.Errorf("order %d: %v", ev.OrderID, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for order := int64(5000); order < 5100; order++ {
+		if n := e.sim.ChargesFor(order); n != 1 {
+			t.Errorf("order %d charged %d times", order, n)
+		}
+		if n, _ := e.ledger(t, order); n != 1 {
+			t.Errorf("order %d has %d ledger rows", order, n)
+		}
+	}
+}
+
+// A charge whose outcome is unknown (the answer lost after the provider
+// took it) keeps the order claimed: another event for the same order,
+// even with another record key and processed meanwhile, does not charge;
+// the first event's retry settles it; only then is the other a
+// duplicate_order.
+func TestUnknownOutcomeKeepsTheOrderClaimed(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	a, b := event(6000, 250), event(6000, 250)
+	e.sim.SetFaults(paysim.Faults{ResetRate: 1})
+	if _, err := e.svc.Process(context.Background(), a); !fault.Is(err, fault.Transient) {
+		t.Fatalf("first charge with its answer lost: %v; want transient", err)
+	}
+	e.sim.SetFaults(paysim.Faults{})
+	if _, err := e.svc.Process(context.Background(), b); !fault.Is(err, fault.Transient) {
+		t.Fatalf("another event while the order's charge is unknown: %v; want transient (wait)", err)
+	}
+	if n := e.sim.ChargesFor(6000); n != 1 {
+		t.Fatalf("provider charges %d, want 1", n)
+	}
+	if res, err := e.svc.Process(context.Background(), a); err != nil || res.Outcome != billing.Charged {
+		t.Fatalf("retry of the first event: %+v, %v; want charged (replayed)", res, err)
+	}
+	if res, err := e.svc.Process(context.Background(), b); err != nil || res.Outcome != billing.DuplicateOrder {
+		t.Fatalf("the other event after settling: %+v, %v; want duplicate_order", res, err)
+	}
+	if n := e.sim.ChargesFor(6000); n != 1 {
+		t.Fatalf("provider charges %d, want 1", n)
+	}
+}
