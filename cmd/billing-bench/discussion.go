@@ -52,12 +52,12 @@ func (r report) discussion(b *strings.Builder) {
 		}
 		bound := defaultConcurrency / l.Seconds()
 		slot := time.Duration(defaultConcurrency / x.TP.Rate * float64(time.Second))
-		p("- **Default mode at %s is bounded by its concurrency** (Little's law): each in-flight event holds one of the %d slots, and a Postgres "+
-			"connection with an open transaction, for the whole provider call, so events/s ≤ %d / %s = **%.0f/s** whatever the CPU. "+
+		p("- **Default mode at %s is bounded by its concurrency** (Little's law): each in-flight event holds one of the %d slots for the whole "+
+			"provider call (its Postgres transaction and connection are shared with up to %d other events: BILLING_BATCH_SIZE), so events/s ≤ %d / %s = **%.0f/s** whatever the CPU. "+
 			"Measured %.0f/s, i.e. %s per event in a slot if all %d are busy. The consumer's own metrics put the provider call at %s on average, "+
 			"and the simulator had %.1f charges in progress on average: that many slots were waiting on the provider, the rest of the %d were in "+
-			"the transaction's Postgres statements and commit",
-			ms(l), defaultConcurrency, defaultConcurrency, ms(l), bound, x.TP.Rate, ms(slot), defaultConcurrency, ms(x.Stats.PaymentMean),
+			"the batch's Postgres statements and commit",
+			ms(l), defaultConcurrency, defaultBatch-1, defaultConcurrency, ms(l), bound, x.TP.Rate, ms(slot), defaultConcurrency, ms(x.Stats.PaymentMean),
 			x.InFlight, defaultConcurrency)
 		if len(r.pgbench) > 1 {
 			pg := r.pgbench[len(r.pgbench)-1]

@@ -53,7 +53,7 @@ type mode struct {
 }
 
 var modes = []mode{
-	{name: "sequential", env: []string{"BILLING_CONCURRENCY=1", "BILLING_KAFKA_COMMIT_INTERVAL=0"}, sequential: true},
+	{name: "sequential", env: []string{"BILLING_CONCURRENCY=1", "BILLING_BATCH_SIZE=1", "BILLING_KAFKA_COMMIT_INTERVAL=0"}, sequential: true},
 	{name: "default"},
 }
 
@@ -66,7 +66,7 @@ var latencies = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond
 func backlog(m mode, latency time.Duration, scale float64) int {
 	n := map[bool]map[time.Duration]int{
 		true:  {0: 14000, 20 * time.Millisecond: 700, 100 * time.Millisecond: 150},
-		false: {0: 30000, 20 * time.Millisecond: 25000, 100 * time.Millisecond: 7000},
+		false: {0: 80000, 20 * time.Millisecond: 60000, 100 * time.Millisecond: 16000},
 	}[m.sequential][latency]
 	return max(50, int(float64(n)*scale))
 }

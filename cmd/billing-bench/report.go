@@ -11,7 +11,10 @@ import (
 
 // defaultConcurrency is BILLING_CONCURRENCY's default, for the Little's
 // law bound of the default mode.
-const defaultConcurrency = 64
+const defaultConcurrency = 256
+
+// defaultBatch is the binary's default BILLING_BATCH_SIZE.
+const defaultBatch = 32
 
 // report is everything the Markdown report and the table show.
 type report struct {
@@ -192,8 +195,8 @@ func (r report) method(b *strings.Builder) {
 	o := r.opts
 	fmt.Fprintf(b, `## Method
 
-- Two modes of the real binary (bin/billing-consumer run, a subprocess): **sequential** (BILLING_CONCURRENCY=1, BILLING_KAFKA_COMMIT_INTERVAL=0:
-  one event at a time, its offset committed after it) and **default** (the binary's defaults: BILLING_CONCURRENCY=%d, offsets committed every 1 s).
+- Two modes of the real binary (bin/billing-consumer run, a subprocess): **sequential** (BILLING_CONCURRENCY=1, BILLING_BATCH_SIZE=1, BILLING_KAFKA_COMMIT_INTERVAL=0:
+  one event at a time, its offset committed after it) and **default** (the binary's defaults: BILLING_CONCURRENCY=%d, up to %d events per billing transaction, offsets committed every 1 s).
 - Three provider latencies: the in-process payment-provider simulator (internal/paysim) answers every charge after 0, 20 or 100 ms, without errors.
 - Each run gets a fresh topic of %d partitions, a fresh consumer group and a fresh range of order ids. A backlog (internal/harness.Generate:
   valid events only, no duplicates, each a distinct order) is produced **before** the consumer starts.
@@ -211,6 +214,6 @@ func (r report) method(b *strings.Builder) {
 - **peak RSS**: VmHWM of the consumer process from /proc just before it is stopped (SIGTERM), the larger of the two processes of a run.
 - **Correctness**: after each clean stop, the orders of exactly the committed records must have been charged, each once, at the simulator
   (no order charged twice) and have a ledger row with the provider's charge id; the bench fails otherwise.
-`, defaultConcurrency, partitions, o.poll, o.timebox, o.steadyCap, o.steadyFor, o.poll)
+`, defaultConcurrency, defaultBatch, partitions, o.poll, o.timebox, o.steadyCap, o.steadyFor, o.poll)
 	fmt.Fprintln(b)
 }
