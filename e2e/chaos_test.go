@@ -184,9 +184,9 @@ func (p *cutProxy) setCut(cut bool) {
 
 // TestChaos runs two consumer replicas while it kills them at random
 // moments, restarts the broker and Postgres, cuts the network to the
-// provider, turns on bursts of provider faults (5xx, accept-then-reset,
-// latency spikes past the client timeout) and replays already processed
-// events from the DLQ; duplicates, some in other partitions, are part of
+// provider, turns on bursts of provider faults (5xx, accept-then-reset, 409,
+// slow bodies and latency spikes past the client timeout) and replays
+// already processed events from the DLQ; duplicates, some in other partitions, are part of
 // the traffic. Then it checks SPEC §9 from the outside and prints what it
 // did. The profile sets the sizes (BILLING_CHAOS_PROFILE).
 func TestChaos(t *testing.T) {
@@ -208,7 +208,7 @@ func TestChaos(t *testing.T) {
 	// top: the default mode is fast enough that a burst can fall between
 	// two chunks of traffic.
 	base := paysim.Faults{Latency: 2 * time.Millisecond, LatencyJitter: 8 * time.Millisecond,
-		ErrorRate: 0.02, ResetRate: 0.01,
+		ErrorRate: 0.02, ResetRate: 0.01, ConflictRate: 0.01, SlowBodyRate: 0.005, SlowBodyDelay: 800 * time.Millisecond,
 		Decline: func(order int64) bool { return plan.Declined[order] }}
 	w.sim.SetFaults(base)
 	env := []string{
@@ -255,13 +255,17 @@ func TestChaos(t *testing.T) {
 			r := rng.IntN(len(replicas))
 			replicas[r].Kill()
 			replicas[r] = w.start(t, env, "run")
-		case "5xx burst", "reset burst", "latency spike":
+		case "5xx burst", "reset burst", "latency spike", "409 burst", "slow-body burst":
 			f := base
 			switch action {
 			case "5xx burst":
 				f.ErrorRate = 0.5
 			case "reset burst":
 				f.ResetRate = 0.3
+			case "409 burst":
+				f.ConflictRate = 0.3
+			case "slow-body burst":
+				f.SlowBodyRate = 0.3 // each slower than the 500 ms client timeout
 			default:
 				f.Latency = 700 * time.Millisecond // past the 500 ms client timeout: outcome unknown
 			}
@@ -308,13 +312,14 @@ func TestChaos(t *testing.T) {
 	inj := w.sim.Injected()
 	lost := len(rep.NotCharged) + rep.InvalidMissing
 	t.Logf("chaos profile %s: %d records, %d actions %v", prof.name, len(plan.Records), prof.actions, counts)
-	t.Logf("kills survived: %d; provider faults injected: %d 5xx, %d accept-then-reset, %d declines; replays served %d",
-		counts["kill"], inj.Errors, inj.Resets, inj.Declines, w.sim.Replays())
+	faults := inj.Errors + inj.Resets + inj.Conflicts + inj.SlowBodies
+	t.Logf("kills survived: %d; provider faults injected: %d (%d 5xx, %d accept-then-reset, %d 409, %d slow bodies), plus %d declines; replays served %d",
+		counts["kill"], faults, inj.Errors, inj.Resets, inj.Conflicts, inj.SlowBodies, inj.Declines, w.sim.Replays())
 	t.Logf("double charges: %d; lost events: %d; DLQ %v", len(rep.DoubleCharged), lost, rep.DLQ)
 	report(t, rep)
-	if counts["kill"] < prof.minKills || inj.Errors+inj.Resets < prof.minFaults {
+	if counts["kill"] < prof.minKills || faults < prof.minFaults {
 		t.Fatalf("the run injected %d kills and %d provider faults; the %s profile promises at least %d and %d",
-			counts["kill"], inj.Errors+inj.Resets, prof.name, prof.minKills, prof.minFaults)
+			counts["kill"], faults, prof.name, prof.minKills, prof.minFaults)
 	}
 }
 
@@ -343,7 +348,9 @@ func pick(rng *rand.Rand, i int, restarts map[int]string) string {
 	if i%2 == 0 {
 		return "kill"
 	}
-	return []string{"5xx burst", "reset burst", "latency spike", "provider cut", "replay of processed events"}[rng.IntN(5)]
+	others := []string{"5xx burst", "reset burst", "latency spike", "409 burst", "slow-body burst",
+		"provider cut", "replay of processed events"}
+	return others[rng.IntN(len(others))]
 }
 
 // replayProcessed copies a few records of charged orders into the DLQ and

@@ -3,6 +3,7 @@ package paysim
 import (
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -26,6 +27,16 @@ type Faults struct {
 	// TCP reset where possible) without any response. A retry with the same
 	// key gets the stored answer.
 	ResetRate float64
+	// ConflictRate is the probability of answering 409 at once, as a
+	// provider does while it believes a request with the key is in
+	// progress; nothing is charged and the key is not stored.
+	ConflictRate float64
+	// SlowBodyRate is the probability that the answer, after the charge is
+	// taken and stored, is sent slowly: the status and half the body at
+	// once, the rest after SlowBodyDelay. A client whose timeout is shorter
+	// loses the answer mid-body: outcome unknown, the money taken.
+	SlowBodyRate  float64
+	SlowBodyDelay time.Duration
 	// Decline, when set, is asked for each processed order; true answers
 	// 402 Payment Required, stored like any completed answer, no charge
 	// taken. It is called without locks held and must be safe for
@@ -35,9 +46,11 @@ type Faults struct {
 
 // FaultCounts counts the faults injected so far.
 type FaultCounts struct {
-	Errors   int // 500 answers from ErrorRate
-	Resets   int // connections closed without an answer from ResetRate
-	Declines int // 402 answers from Decline
+	Errors     int // 500 answers from ErrorRate
+	Resets     int // connections closed without an answer from ResetRate
+	Conflicts  int // 409 answers from ConflictRate
+	SlowBodies int // answers trickled from SlowBodyRate
+	Declines   int // 402 answers from Decline
 }
 
 // SetFaults replaces the faults for requests processed from now on; requests
@@ -57,23 +70,43 @@ func (s *Sim) Injected() FaultCounts {
 
 // draw is what the random source decided for one processed request.
 type draw struct {
-	delay time.Duration
-	fail  bool
-	reset bool
+	delay    time.Duration
+	fail     bool
+	reset    bool
+	conflict bool
+	slow     bool
 }
 
 // drawLocked rolls the dice for one request; s.mu must be held. It always
-// consumes three values, so the sequence of outcomes for a seed does not
+// consumes five values, so the sequence of outcomes for a seed does not
 // depend on which faults happen to be enabled.
 func (s *Sim) drawLocked(f Faults) draw {
 	jitter, fail, reset := s.rng.Float64(), s.rng.Float64(), s.rng.Float64()
+	conflict, slow := s.rng.Float64(), s.rng.Float64()
 	d := draw{delay: max(f.Latency, 0)}
 	if f.LatencyJitter > 0 {
 		d.delay += time.Duration(jitter * float64(f.LatencyJitter))
 	}
-	d.fail = fail < f.ErrorRate
-	d.reset = !d.fail && reset < f.ResetRate
+	d.conflict = conflict < f.ConflictRate
+	d.fail = !d.conflict && fail < f.ErrorRate
+	d.reset = !d.conflict && !d.fail && reset < f.ResetRate
+	d.slow = !d.conflict && !d.fail && !d.reset && slow < f.SlowBodyRate
 	return d
+}
+
+// replySlowly sends status and the first half of body, then the rest after
+// delay, unless the client has gone.
+func replySlowly(w http.ResponseWriter, status int, body []byte, delay time.Duration) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	half := len(body) / 2
+	_, _ = w.Write(body[:half])
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	time.Sleep(delay)
+	_, _ = w.Write(body[half:])
 }
 
 // abort drops the connection without writing a response. Hijacking lets us

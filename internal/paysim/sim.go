@@ -169,6 +169,15 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // process takes (or declines, or fails) the charge of a new key and answers.
 func (s *Sim) process(w http.ResponseWriter, key string, e *entry, req chargeRequest, f Faults, d draw) {
+	if d.conflict {
+		s.mu.Lock()
+		s.inFlight--
+		delete(s.keys, key)
+		s.injected.Conflicts++
+		s.mu.Unlock()
+		s.reject(w, http.StatusConflict, "idempotency_key_in_use", "injected: a request with this key is in progress")
+		return
+	}
 	if d.delay > 0 {
 		time.Sleep(d.delay) // not cut short by the client leaving: see Faults.Latency
 	}
@@ -210,6 +219,13 @@ func (s *Sim) process(w http.ResponseWriter, key string, e *entry, req chargeReq
 		return
 	}
 	status, answer := e.status, e.answer
+	if d.slow {
+		s.injected.SlowBodies++
+		s.requests[status]++
+		s.mu.Unlock()
+		replySlowly(w, status, answer, f.SlowBodyDelay)
+		return
+	}
 	s.mu.Unlock()
 	s.reply(w, status, answer)
 }

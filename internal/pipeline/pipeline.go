@@ -167,6 +167,7 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 			stalled = false
 			h.stalled.Add(-1)
 			systemic = h.backoff()
+			h.cfg.Logger.Info("systemic failure over, event resumed", "event_id", ev.EventID)
 		}
 		if err == nil {
 			spanOutcome(ctx, string(res.Outcome), attempt)
