@@ -172,5 +172,14 @@ Usage:
 Environment (secrets may also be given as <VARIABLE>_FILE):
 
 `)
-	return printUsage(w)
+	if err := printUsage(w); err != nil {
+		return err
+	}
+	_, err := fmt.Fprint(w, `
+Tracing: spans are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT (or
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set; the other standard OTEL_* variables
+(OTEL_SERVICE_NAME, OTEL_EXPORTER_OTLP_HEADERS, OTEL_SDK_DISABLED, ...) apply.
+An incoming traceparent header is propagated to the payment call either way.
+`)
+	return err
 }

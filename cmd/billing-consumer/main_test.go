@@ -138,7 +138,7 @@ func usageRows(t *testing.T, out string) map[string]usageRow {
 	rows := map[string]usageRow{}
 	for _, l := range lines[start+1:] {
 		if strings.TrimSpace(l) == "" {
-			continue
+			break // the table ends at the first blank line; notes follow
 		}
 		if len(l) < mi {
 			t.Fatalf("short table row %q", l)
