@@ -3,12 +3,14 @@
 // messages the handler has finished, only as a contiguous prefix per
 // partition.
 //
-// Each group generation runs one goroutine per assigned partition. When the
-// generation ends (a rebalance) or Run's context is cancelled, each
-// partition stops fetching, gives its in-flight message up to DrainTimeout
-// to finish, commits what finished, and returns; kafka-go rejoins the group
-// only after every partition goroutine has returned, so no other member can
-// be handed the partition while this one may still commit it.
+// Each group generation runs one goroutine per assigned partition, which
+// fetches, dispatches messages to handlers by key (see Handler), and
+// commits. When the generation ends (a rebalance) or Run's context is
+// cancelled, each partition stops fetching, gives its in-flight messages up
+// to DrainTimeout to finish, commits what finished, and returns; kafka-go
+// rejoins the group only after every partition goroutine has returned, so
+// no other member can be handed the partition while this one may still
+// commit it.
 package consumer
 
 import (
@@ -28,7 +30,9 @@ import (
 // be committed: its effects are durable (the billing transaction committed,
 // or the record was acknowledged by the DLQ). Any error means the message
 // was abandoned, typically because ctx ended; it is not committed and will
-// be delivered again. Handlers of different partitions run concurrently.
+// be delivered again. Handlers run concurrently, up to Config.Concurrency,
+// but never two for messages with the same key in one partition: those run
+// one after the other, in offset order.
 type Handler func(ctx context.Context, msg kafka.Message) error
 
 // Config configures a Consumer. Brokers, Topic, GroupID and Logger are
