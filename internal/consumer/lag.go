@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -22,11 +24,13 @@ type PartitionLag struct {
 	Lag int64
 }
 
-// GroupLag asks the brokers for the log-end offsets of topic and the
-// committed offsets of group, partition by partition. It reads only broker
-// state, so it is right while this replica is stuck, paused or owns none of
-// the partitions.
-func GroupLag(ctx context.Context, client *kafka.Client, topic, group string) ([]PartitionLag, error) {
+// Bounds are a partition's earliest retained offset and its log-end offset
+// (the offset the next record will get).
+type Bounds struct{ First, End int64 }
+
+// LogBounds asks the brokers for the earliest and log-end offsets of every
+// partition of topic.
+func LogBounds(ctx context.Context, client *kafka.Client, topic string) (map[int]Bounds, error) {
 	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
@@ -38,22 +42,46 @@ func GroupLag(ctx context.Context, client *kafka.Client, topic, group string) ([
 		}
 		return nil, fmt.Errorf("metadata of %s: %w", topic, terr)
 	}
-	parts := meta.Topics[0].Partitions
-	var ends, firsts []kafka.OffsetRequest
-	ids := make([]int, 0, len(parts))
-	for _, p := range parts {
-		ids = append(ids, p.ID)
-		ends = append(ends, kafka.LastOffsetOf(p.ID))
+	var firsts, ends []kafka.OffsetRequest
+	for _, p := range meta.Topics[0].Partitions {
 		firsts = append(firsts, kafka.FirstOffsetOf(p.ID))
+		ends = append(ends, kafka.LastOffsetOf(p.ID))
 	}
-	endRes, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: ends}})
+	out := make(map[int]Bounds, len(firsts))
+	list := func(q []kafka.OffsetRequest, set func(*Bounds, kafka.PartitionOffsets)) error {
+		res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: q}})
+		if err != nil {
+			return fmt.Errorf("offsets of %s: %w", topic, err)
+		}
+		for _, po := range res.Topics[topic] {
+			if po.Error != nil {
+				return fmt.Errorf("offsets of %s/%d: %w", topic, po.Partition, po.Error)
+			}
+			b := out[po.Partition]
+			set(&b, po)
+			out[po.Partition] = b
+		}
+		return nil
+	}
+	if err := list(firsts, func(b *Bounds, po kafka.PartitionOffsets) { b.First = po.FirstOffset }); err != nil {
+		return nil, err
+	}
+	if err := list(ends, func(b *Bounds, po kafka.PartitionOffsets) { b.End = po.LastOffset }); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GroupLag asks the brokers for the log-end offsets of topic and the
+// committed offsets of group, partition by partition. It reads only broker
+// state, so it is right while this replica is stuck, paused or owns none of
+// the partitions.
+func GroupLag(ctx context.Context, client *kafka.Client, topic, group string) ([]PartitionLag, error) {
+	bounds, err := LogBounds(ctx, client, topic)
 	if err != nil {
-		return nil, fmt.Errorf("log-end offsets of %s: %w", topic, err)
+		return nil, err
 	}
-	firstRes, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: firsts}})
-	if err != nil {
-		return nil, fmt.Errorf("earliest offsets of %s: %w", topic, err)
-	}
+	ids := slices.Sorted(maps.Keys(bounds))
 	committed, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ids}})
 	if err != nil {
 		return nil, fmt.Errorf("committed offsets of %s: %w", group, err)
@@ -63,20 +91,6 @@ func GroupLag(ctx context.Context, client *kafka.Client, topic, group string) ([
 	if committed.Error != nil && !errors.Is(committed.Error, kafka.GroupIdNotFound) {
 		return nil, fmt.Errorf("committed offsets of %s: %w", group, committed.Error)
 	}
-	end := map[int]int64{}
-	for _, po := range endRes.Topics[topic] {
-		if po.Error != nil {
-			return nil, fmt.Errorf("log-end offset of %s/%d: %w", topic, po.Partition, po.Error)
-		}
-		end[po.Partition] = po.LastOffset
-	}
-	first := map[int]int64{}
-	for _, po := range firstRes.Topics[topic] {
-		if po.Error != nil {
-			return nil, fmt.Errorf("earliest offset of %s/%d: %w", topic, po.Partition, po.Error)
-		}
-		first[po.Partition] = po.FirstOffset
-	}
 	com := map[int]int64{}
 	for _, po := range committed.Topics[topic] {
 		if po.Error == nil {
@@ -85,12 +99,13 @@ func GroupLag(ctx context.Context, client *kafka.Client, topic, group string) ([
 	}
 	out := make([]PartitionLag, 0, len(ids))
 	for _, id := range ids {
-		l := PartitionLag{Partition: id, Committed: -1, End: end[id]}
+		b := bounds[id]
+		l := PartitionLag{Partition: id, Committed: -1, End: b.End}
 		if c, ok := com[id]; ok && c >= 0 {
 			l.Committed = c
 			l.Lag = l.End - c
 		} else {
-			l.Lag = l.End - first[id]
+			l.Lag = l.End - b.First
 		}
 		out = append(out, l)
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/consumer"
 )
 
 // ParseReason returns the Reason named s, or an error if s is not one of
@@ -213,51 +215,9 @@ func (r *Replayer) Run(ctx context.Context, opts ReplayOptions) (Summary, error)
 	return sum, err
 }
 
-// bounds are a partition's earliest and log-end offsets.
-type bounds struct{ first, end int64 }
-
 // logBounds snapshots the dead-letter topic's partitions.
-func (r *Replayer) logBounds(ctx context.Context) (map[int]bounds, error) {
-	topic := r.cfg.DLQTopic
-	meta, err := r.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	if err != nil {
-		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
-	}
-	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil {
-		var terr error = errors.New("not found")
-		if len(meta.Topics) == 1 {
-			terr = meta.Topics[0].Error
-		}
-		return nil, fmt.Errorf("metadata of %s: %w", topic, terr)
-	}
-	var firsts, ends []kafka.OffsetRequest
-	for _, p := range meta.Topics[0].Partitions {
-		firsts = append(firsts, kafka.FirstOffsetOf(p.ID))
-		ends = append(ends, kafka.LastOffsetOf(p.ID))
-	}
-	out := map[int]bounds{}
-	list := func(q []kafka.OffsetRequest, set func(*bounds, kafka.PartitionOffsets)) error {
-		res, err := r.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: q}})
-		if err != nil {
-			return fmt.Errorf("offsets of %s: %w", topic, err)
-		}
-		for _, po := range res.Topics[topic] {
-			if po.Error != nil {
-				return fmt.Errorf("offsets of %s/%d: %w", topic, po.Partition, po.Error)
-			}
-			b := out[po.Partition]
-			set(&b, po)
-			out[po.Partition] = b
-		}
-		return nil
-	}
-	if err := list(firsts, func(b *bounds, po kafka.PartitionOffsets) { b.first = po.FirstOffset }); err != nil {
-		return nil, err
-	}
-	if err := list(ends, func(b *bounds, po kafka.PartitionOffsets) { b.end = po.LastOffset }); err != nil {
-		return nil, err
-	}
-	return out, nil
+func (r *Replayer) logBounds(ctx context.Context) (map[int]consumer.Bounds, error) {
+	return consumer.LogBounds(ctx, r.client, r.cfg.DLQTopic)
 }
 
 // verdict is what replay does with one record: skip it, refuse it (why),

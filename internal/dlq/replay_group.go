@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/consumer"
 )
 
 // replayRun is the state of one Run.
@@ -18,7 +20,7 @@ type replayRun struct {
 	r      *Replayer
 	opts   ReplayOptions
 	sum    *Summary
-	bounds map[int]bounds
+	bounds map[int]consumer.Bounds
 	writer *kafka.Writer // nil in a dry run
 	log    *slog.Logger
 }
@@ -184,14 +186,14 @@ func (run *replayRun) partition(ctx, work context.Context, partition int, from i
 		return false, nil // created after the start
 	}
 	start := from
-	if start < b.first {
+	if start < b.First {
 		if start >= 0 {
 			run.log.Warn("dead-letter records expired before they were replayed", "partition", partition,
-				"from", start, "first", b.first)
+				"from", start, "first", b.First)
 		}
-		start = b.first
+		start = b.First
 	}
-	if start >= b.end {
+	if start >= b.End {
 		return false, nil
 	}
 	log := run.log.With("partition", partition)
@@ -220,13 +222,13 @@ func (run *replayRun) partition(ctx, work context.Context, partition int, from i
 		committed = next
 		return nil
 	}
-	for next < b.end {
+	for next < b.End {
 		msg, err := rd.FetchMessage(work)
 		if err != nil {
 			_ = flush() // best effort: the skipped records before
 			return false, fmt.Errorf("read %s/%d at %d: %w", cfg.DLQTopic, partition, next, err)
 		}
-		if msg.Offset >= b.end {
+		if msg.Offset >= b.End {
 			break
 		}
 		v := run.r.judge(msg, run.opts.Reason)
