@@ -4,6 +4,11 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
+# Build with the toolchain go.mod names (a patch release with the standard
+# library's security fixes), fetched through the Go module proxy when the
+# machine's Go is older; the machine's go.env may say GOTOOLCHAIN=local.
+export GOTOOLCHAIN := auto
+
 .PHONY: demo build test lint bench chaos fuzz pg-start pg-stop fmt vet clean
 
 demo: build ## the demo: local Kafka (in-process), local Postgres, simulated provider, ~10,000 events, a summary

@@ -2,6 +2,8 @@ module github.com/billing-consumer/billing-consumer
 
 go 1.26.8
 
+toolchain go1.26.11
+
 require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0

@@ -14,6 +14,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export CI=${CI:-true}
+# The toolchain go.mod names (see the Makefile), also for the binaries the
+# end-to-end tests build.
+export GOTOOLCHAIN=auto
 BILLING_TEST_DATABASE_URL=$(scripts/pg.sh start)
 export BILLING_TEST_DATABASE_URL
 
