@@ -20,7 +20,7 @@ build: ## static binary in bin/
 test: ## every test, against a scratch Postgres this target starts
 	scripts/test.sh
 
-lint: ## gofmt, go vet, staticcheck and govulncheck (skipped with a warning when its vulnerability database is unreachable)
+lint: ## gofmt, go vet, staticcheck and govulncheck
 	scripts/lint.sh
 
 bench: build ## throughput, latency and memory of the real binary against real Kafka and Postgres (fsync on); writes docs/benchmarks.md and .svg
