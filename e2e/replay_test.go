@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -266,19 +265,13 @@ func (w *world) readTopic(t *testing.T, topic string) []kafka.Message {
 // scrapeEvents reads billing_events_total by result from /metrics.
 func scrapeEvents(t *testing.T, addr string) map[string]int {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	families, err := harness.Scrape(context.Background(), addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]int{}
-	re := regexp.MustCompile(`(?m)^billing_events_total\{result="(\w+)"\} (\d+)$`)
-	for _, m := range re.FindAllStringSubmatch(string(body), -1) {
-		out[m[1]], _ = strconv.Atoi(m[2])
+	for result, v := range harness.CounterBy(families["billing_events_total"], "result") {
+		out[result] = int(v)
 	}
 	return out
 }

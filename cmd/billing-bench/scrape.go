@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/billing-consumer/billing-consumer/internal/harness"
 )
 
 // consumerStats are the consumer's own metrics at the end of a phase.
@@ -20,28 +17,11 @@ type consumerStats struct {
 // scrape reads the consumer's /metrics.
 func scrape(ctx context.Context, addr string) (consumerStats, error) {
 	var s consumerStats
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
+	families, err := harness.Scrape(ctx, addr)
 	if err != nil {
-		return s, fmt.Errorf("scrape metrics: %w", err)
+		return s, err
 	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return s, fmt.Errorf("parse metrics: %w", err)
-	}
-	if f := families["billing_events_total"]; f != nil {
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == "charged" {
-					s.Charged = m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
+	s.Charged = harness.CounterBy(families["billing_events_total"], "result")["charged"]
 	if f := families["billing_retries_total"]; f != nil {
 		for _, m := range f.GetMetric() {
 			s.Retries += m.GetCounter().GetValue()

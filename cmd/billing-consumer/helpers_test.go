@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // These tests change the process environment with t.Setenv (run reads it
@@ -132,4 +134,73 @@ func logsWithMsg(lines []map[string]any, msg string) []map[string]any {
 		}
 	}
 	return out
+}
+
+// inProcess is `billing-consumer run` running in the test's own process,
+// with the environment the test has set.
+type inProcess struct {
+	ctx            context.Context // ends when the service is stopped
+	stdout, stderr *syncBuffer
+	cancel         context.CancelFunc
+	done           chan error
+	err            error
+	ended          bool
+}
+
+// startRun starts `run`; it is stopped, if the test has not, at cleanup.
+func startRun(t *testing.T) *inProcess {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &inProcess{ctx: ctx, stdout: &syncBuffer{}, stderr: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- run(ctx, []string{"run"}, p.stdout, p.stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		p.wait()
+	})
+	return p
+}
+
+func (p *inProcess) wait() error {
+	if !p.ended {
+		p.err, p.ended = <-p.done, true
+	}
+	return p.err
+}
+
+// httpAddr waits for the "billing-consumer started" log line and returns
+// its http_addr; it fails the test if run returns first.
+func (p *inProcess) httpAddr(t *testing.T) string {
+	t.Helper()
+	var addr string
+	poll(t, 30*time.Second, "the started log line", func() bool {
+		select {
+		case err := <-p.done:
+			p.err, p.ended = err, true
+			t.Fatalf("run returned early: %v\n%s", err, p.stderr.String())
+		default:
+		}
+		for _, l := range logsWithMsg(logLines(t, p.stderr.String()), "billing-consumer started") {
+			addr, _ = l["http_addr"].(string)
+		}
+		return addr != ""
+	})
+	return addr
+}
+
+// stop cancels run and returns its result, failing the test if it does
+// not return within 40 s.
+func (p *inProcess) stop(t *testing.T) error {
+	t.Helper()
+	p.cancel()
+	if p.ended {
+		return p.err
+	}
+	select {
+	case err := <-p.done:
+		p.err, p.ended = err, true
+		return err
+	case <-time.After(40 * time.Second):
+		t.Fatal("run did not stop after its context ended")
+		return nil
+	}
 }

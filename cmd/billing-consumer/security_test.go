@@ -390,18 +390,8 @@ func TestRunOverTLSAndSASL(t *testing.T) {
 	if _, err := runCmd(t, "migrate"); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"run"}, stdout, stderr) }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			cancel()
-			<-done
-		}
-	})
+	svc := startRun(t)
+	ctx, stderr := svc.ctx, svc.stderr
 
 	conns, err := kafkaconn.New(kafkaconn.Config{TLS: true, CAFile: ca.file, Mechanism: kafkaconn.ScramSHA512,
 		Username: "billing", Password: saslPassword})
@@ -419,13 +409,7 @@ func TestRunOverTLSAndSASL(t *testing.T) {
 		t.Fatalf("produce: %v", err)
 	}
 
-	var addr string
-	poll(t, 30*time.Second, "the started log line", func() bool {
-		for _, l := range logsWithMsg(logLines(t, stderr.String()), "billing-consumer started") {
-			addr, _ = l["http_addr"].(string)
-		}
-		return addr != ""
-	})
+	addr := svc.httpAddr(t)
 	pool := pgtest.Open(t, dbURL)
 	poll(t, 60*time.Second, "the charge row", func() bool {
 		var n int
@@ -457,9 +441,7 @@ func TestRunOverTLSAndSASL(t *testing.T) {
 		}
 	}
 
-	cancel()
-	stopped = true
-	if err := <-done; err != nil {
+	if err := svc.stop(t); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	if strings.Contains(stderr.String(), saslPassword) {

@@ -106,32 +106,9 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Fatalf("migrate: %v", err)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"run"}, stdout, stderr) }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			cancel()
-			<-done
-		}
-	})
-
-	var addr string
-	poll(t, 30*time.Second, "the started log line", func() bool {
-		select {
-		case err := <-done:
-			stopped = true
-			t.Fatalf("run returned early: %v\n%s", err, stderr.String())
-		default:
-		}
-		for _, l := range logsWithMsg(logLines(t, stderr.String()), "billing-consumer started") {
-			addr, _ = l["http_addr"].(string)
-		}
-		return addr != ""
-	})
+	svc := startRun(t)
+	ctx, stdout, stderr := svc.ctx, svc.stdout, svc.stderr
+	addr := svc.httpAddr(t)
 	base := "http://" + addr
 	if code, body := httpGet(base + "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d %q", code, body)
@@ -209,15 +186,8 @@ func TestRunEndToEnd(t *testing.T) {
 		}
 	}
 
-	cancel()
-	select {
-	case err := <-done:
-		stopped = true
-		if err != nil {
-			t.Fatalf("run after cancel: %v", err)
-		}
-	case <-time.After(40 * time.Second):
-		t.Fatal("run did not stop after its context ended")
+	if err := svc.stop(t); err != nil {
+		t.Fatalf("run after cancel: %v", err)
 	}
 	logs := stderr.String()
 	if len(logsWithMsg(logLines(t, logs), "billing-consumer stopped cleanly")) != 1 {

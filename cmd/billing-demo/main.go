@@ -27,8 +27,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
@@ -193,28 +191,11 @@ func waitDrained(ctx context.Context, brokers []string, proc *harness.Process) e
 
 // scrape reads billing_events_total by result from the consumer's /metrics.
 func scrape(ctx context.Context, addr string) (map[string]float64, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
+	families, err := harness.Scrape(ctx, addr)
 	if err != nil {
-		return nil, fmt.Errorf("scrape metrics: %w", err)
+		return nil, err
 	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("parse metrics: %w", err)
-	}
-	out := map[string]float64{}
-	if f := families["billing_events_total"]; f != nil {
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" {
-					out[l.GetValue()] = m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return out, nil
+	return harness.CounterBy(families["billing_events_total"], "result"), nil
 }
 
 func printSummary(w io.Writer, plan harness.Plan, rep harness.Report, outcomes map[string]float64, sim *paysim.Sim, elapsed time.Duration) {

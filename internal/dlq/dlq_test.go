@@ -78,7 +78,7 @@ func one(t *testing.T, hs []kafka.Header, key string) string {
 
 func TestRecord(t *testing.T) {
 	msg := source()
-	orig := clone(msg)
+	orig := kafkatest.CloneMessage(msg)
 	// Not UTC: the header must still be UTC.
 	now := time.Date(2026, 11, 29, 13, 4, 5, 123456789, time.FixedZone("CET", 3600))
 	cause := fmt.Errorf("charge order 1001: %w", errors.New("provider answered 400"))
@@ -127,7 +127,7 @@ func TestRecord(t *testing.T) {
 		t.Errorf("%s = %q, want UTC", HeaderFailedAt, failedAt)
 	}
 	// The source message is untouched.
-	if !equal(msg, orig) {
+	if !kafkatest.EqualMessages(msg, orig) {
 		t.Errorf("Record modified its input: %+v, was %+v", msg, orig)
 	}
 }
@@ -365,28 +365,4 @@ func TestWriterSendFails(t *testing.T) {
 	if !strings.Contains(err.Error(), "order-service.order.confirmed/7@123456789012") {
 		t.Errorf("error %q does not name the source record", err)
 	}
-}
-
-func clone(m kafka.Message) kafka.Message {
-	c := m
-	c.Key = bytes.Clone(m.Key)
-	c.Value = bytes.Clone(m.Value)
-	c.Headers = nil
-	for _, h := range m.Headers {
-		c.Headers = append(c.Headers, kafka.Header{Key: h.Key, Value: bytes.Clone(h.Value)})
-	}
-	return c
-}
-
-func equal(a, b kafka.Message) bool {
-	if a.Topic != b.Topic || a.Partition != b.Partition || a.Offset != b.Offset ||
-		!bytes.Equal(a.Key, b.Key) || !bytes.Equal(a.Value, b.Value) || len(a.Headers) != len(b.Headers) {
-		return false
-	}
-	for i := range a.Headers {
-		if a.Headers[i].Key != b.Headers[i].Key || !bytes.Equal(a.Headers[i].Value, b.Headers[i].Value) {
-			return false
-		}
-	}
-	return true
 }

@@ -8,6 +8,7 @@
 package kafkatest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -124,4 +125,32 @@ func FreePort(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// CloneMessage is a deep copy of m, for checking later that code under test
+// did not modify a message it was handed.
+func CloneMessage(m kafka.Message) kafka.Message {
+	c := m
+	c.Key = bytes.Clone(m.Key)
+	c.Value = bytes.Clone(m.Value)
+	c.Headers = nil
+	for _, h := range m.Headers {
+		c.Headers = append(c.Headers, kafka.Header{Key: h.Key, Value: bytes.Clone(h.Value)})
+	}
+	return c
+}
+
+// EqualMessages reports whether a and b have the same coordinates, key,
+// value and headers (in order).
+func EqualMessages(a, b kafka.Message) bool {
+	if a.Topic != b.Topic || a.Partition != b.Partition || a.Offset != b.Offset ||
+		!bytes.Equal(a.Key, b.Key) || !bytes.Equal(a.Value, b.Value) || len(a.Headers) != len(b.Headers) {
+		return false
+	}
+	for i := range a.Headers {
+		if a.Headers[i].Key != b.Headers[i].Key || !bytes.Equal(a.Headers[i].Value, b.Headers[i].Value) {
+			return false
+		}
+	}
+	return true
 }

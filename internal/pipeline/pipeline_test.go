@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
 
 	"github.com/segmentio/kafka-go"
 
@@ -255,7 +256,7 @@ func TestHandle(t *testing.T) {
 			} else {
 				msg = record(tt.value(t))
 			}
-			orig := cloneMessage(msg)
+			orig := kafkatest.CloneMessage(msg)
 
 			biller := &fakeBiller{process: func(context.Context, int, events.OrderConfirmed) (billing.Result, error) {
 				t.Error("biller called for a record that must not be billed")
@@ -308,7 +309,7 @@ func TestHandle(t *testing.T) {
 					if s.reason != tt.wantReason || s.attempts != tt.wantAttempts {
 						t.Errorf("Send %d: reason %s attempts %d, want %s attempts %d", i+1, s.reason, s.attempts, tt.wantReason, tt.wantAttempts)
 					}
-					if !equalMessage(s.msg, orig) {
+					if !kafkatest.EqualMessages(s.msg, orig) {
 						t.Errorf("Send %d: message %+v, want the original %+v", i+1, s.msg, orig)
 					}
 					if s.cause == nil {
@@ -626,28 +627,4 @@ func TestNewRejectsIncompleteConfig(t *testing.T) {
 	if _, err := New(valid()); err != nil {
 		t.Errorf("New(valid) = %v", err)
 	}
-}
-
-func cloneMessage(m kafka.Message) kafka.Message {
-	c := m
-	c.Key = bytes.Clone(m.Key)
-	c.Value = bytes.Clone(m.Value)
-	c.Headers = nil
-	for _, h := range m.Headers {
-		c.Headers = append(c.Headers, kafka.Header{Key: h.Key, Value: bytes.Clone(h.Value)})
-	}
-	return c
-}
-
-func equalMessage(a, b kafka.Message) bool {
-	if a.Topic != b.Topic || a.Partition != b.Partition || a.Offset != b.Offset ||
-		!bytes.Equal(a.Key, b.Key) || !bytes.Equal(a.Value, b.Value) || len(a.Headers) != len(b.Headers) {
-		return false
-	}
-	for i := range a.Headers {
-		if a.Headers[i].Key != b.Headers[i].Key || !bytes.Equal(a.Headers[i].Value, b.Headers[i].Value) {
-			return false
-		}
-	}
-	return true
 }
