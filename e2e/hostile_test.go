@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/billing-consumer/billing-consumer/internal/events"
+
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
 
@@ -63,7 +65,7 @@ func TestHostileRecords(t *testing.T) {
 		"UUID version 4":        with("event_id", fmt.Sprintf("%q", v4)),
 		"forged UUID version 8": with("event_id", fmt.Sprintf("%q", v8)),
 		"occurred_at in 3 days": with("occurred_at", fmt.Sprintf("%q", now.Add(72*time.Hour).Format(time.RFC3339))),
-		"UUIDv7 time in 3 days": with("event_id", fmt.Sprintf("%q", futureV7(now.Add(72*time.Hour)))),
+		"UUIDv7 time in 3 days": with("event_id", fmt.Sprintf("%q", events.IDAt(now.Add(72*time.Hour)))),
 		"null":                  []byte("null"),
 		"empty":                 {},
 		"binary":                {0, 1, 2, 3, 0xff},
@@ -118,14 +120,4 @@ func TestHostileRecords(t *testing.T) {
 		t.Errorf("ledger rows %d, want %d", rows, len(charged))
 	}
 
-}
-
-// futureV7 is a well-formed UUIDv7 whose embedded time is at.
-func futureV7(at time.Time) uuid.UUID {
-	u := uuid.Must(uuid.NewV7())
-	ms := uint64(at.UnixMilli())
-	for i := range 6 {
-		u[i] = byte(ms >> (40 - 8*i))
-	}
-	return u
 }

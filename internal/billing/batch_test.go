@@ -127,7 +127,7 @@ func TestBatchFailedChargeFailsItsEventAlone(t *testing.T) {
 func TestBatchWithEventOutsidePartitions(t *testing.T) {
 	e := newEnv(t, "secret-token")
 	old := event(4001, 9)
-	old.EventID = v7At(now.Add(-40 * 24 * time.Hour))
+	old.EventID = events.IDAt(now.Add(-40 * 24 * time.Hour))
 	evs := []events.OrderConfirmed{event(4000, 1), old, event(4002, 3)}
 	res, errs, _ := processAll(t, e, 32, evs)
 	for i := range evs {

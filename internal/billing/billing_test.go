@@ -2,8 +2,6 @@ package billing_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
@@ -62,19 +60,8 @@ func newEnv(t *testing.T, token string) *env {
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func v7At(t time.Time) uuid.UUID {
-	var u uuid.UUID
-	_, _ = rand.Read(u[:])
-	var ms [8]byte
-	binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
-	copy(u[:6], ms[2:])
-	u[6] = 0x70 | u[6]&0x0f
-	u[8] = 0x80 | u[8]&0x3f
-	return u
-}
-
 func event(orderID int64, amount money.Amount) events.OrderConfirmed {
-	return events.OrderConfirmed{EventID: v7At(now), EventType: events.EventType, OccurredAt: now,
+	return events.OrderConfirmed{EventID: events.IDAt(now), EventType: events.EventType, OccurredAt: now,
 		OrderID: orderID, CustomerID: 42, TotalAmount: amount}
 }
 
@@ -325,7 +312,7 @@ func TestKeyReusedWithOtherParametersIsConflict(t *testing.T) {
 func TestEventOutsidePartitionsIsDecidedByLedger(t *testing.T) {
 	e := newEnv(t, "secret-token")
 	ev := event(1010, 4200)
-	ev.EventID = v7At(now.Add(-30 * 24 * time.Hour))
+	ev.EventID = events.IDAt(now.Add(-30 * 24 * time.Hour))
 	res, err := e.svc.Process(context.Background(), ev)
 	if err != nil || res.Outcome != billing.Charged || !res.DedupBypassed {
 		t.Fatalf("first = %+v, %v; want charged, dedup bypassed", res, err)

@@ -2,14 +2,14 @@ package dedup_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/billing-consumer/billing-consumer/internal/events"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -20,18 +20,6 @@ import (
 )
 
 const group = "billing-order-confirmed"
-
-// v7At returns a random UUIDv7 whose embedded time is t.
-func v7At(t time.Time) uuid.UUID {
-	var u uuid.UUID
-	_, _ = rand.Read(u[:])
-	var ms [8]byte
-	binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
-	copy(u[:6], ms[2:])
-	u[6] = 0x70 | u[6]&0x0f
-	u[8] = 0x80 | u[8]&0x3f
-	return u
-}
 
 type clock struct {
 	mu sync.Mutex
@@ -74,7 +62,7 @@ func TestMarkProcessedOnceAndAgainADayLater(t *testing.T) {
 	m := newMaintainer(pool, c)
 	mustRunOnce(t, m)
 
-	id := v7At(c.Now())
+	id := events.IDAt(c.Now())
 	if fresh, err := mark(t, pool, id, c.Now()); err != nil || !fresh {
 		t.Fatalf("first mark = %v, %v; want true, nil", fresh, err)
 	}
@@ -110,7 +98,7 @@ func TestMarkProcessedRollsBackWithTheTransaction(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	c := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	mustRunOnce(t, newMaintainer(pool, c))
-	id := v7At(c.Now())
+	id := events.IDAt(c.Now())
 	errBusiness := errors.New("charge failed")
 	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
 		if _, err := dedup.MarkProcessed(context.Background(), tx, id, group, c.Now()); err != nil {
@@ -130,7 +118,7 @@ func TestConcurrentMarksOneWins(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	c := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	mustRunOnce(t, newMaintainer(pool, c))
-	id := v7At(c.Now())
+	id := events.IDAt(c.Now())
 	const n = 8
 	results := make(chan bool, n)
 	var wg sync.WaitGroup
@@ -179,7 +167,7 @@ func TestMaintenanceCreatesAheadAndDropsExpired(t *testing.T) {
 		time.Date(2026, 11, 30, 23, 59, 59, 999e6, time.UTC),
 		time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
 	} {
-		id := v7At(at)
+		id := events.IDAt(at)
 		if _, err := mark(t, pool, id, c.Now()); err != nil {
 			t.Fatalf("mark %v: %v", at, err)
 		}
@@ -192,7 +180,7 @@ func TestMaintenanceCreatesAheadAndDropsExpired(t *testing.T) {
 		}
 	}
 
-	old := v7At(time.Date(2026, 11, 24, 6, 0, 0, 0, time.UTC))
+	old := events.IDAt(time.Date(2026, 11, 24, 6, 0, 0, 0, time.UTC))
 	if _, err := mark(t, pool, old, c.Now()); err != nil {
 		t.Fatalf("mark old event: %v", err)
 	}
@@ -212,7 +200,7 @@ func TestMaintenanceCreatesAheadAndDropsExpired(t *testing.T) {
 		t.Fatalf("mark expired event: %v; want ErrNoPartition", err)
 	}
 	// So does an event beyond the partitions created ahead.
-	if _, err := mark(t, pool, v7At(c.Now().Add(10*24*time.Hour)), c.Now()); !errors.Is(err, dedup.ErrNoPartition) {
+	if _, err := mark(t, pool, events.IDAt(c.Now().Add(10*24*time.Hour)), c.Now()); !errors.Is(err, dedup.ErrNoPartition) {
 		t.Fatalf("mark far-future event: %v; want ErrNoPartition", err)
 	}
 }
@@ -248,7 +236,7 @@ func TestPartitionBoundsMatchUUIDv7(t *testing.T) {
 		time.Date(2026, 11, 30, 23, 59, 59, 999e6, time.UTC),
 	} {
 		p := dedup.PartitionFor(at)
-		id := v7At(at)
+		id := events.IDAt(at)
 		lo, hi := p.Lower(), p.Upper()
 		if string(id[:]) < string(lo[:]) || string(id[:]) >= string(hi[:]) {
 			t.Errorf("v7 at %v = %s not in [%s, %s)", at, id, lo, hi)

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -197,19 +196,6 @@ func diffCounters(t *testing.T, got, want map[string]float64) {
 			t.Errorf("%s = %v, want 0", k, g)
 		}
 	}
-}
-
-// v7At returns a random UUIDv7 whose time is at.
-func v7At(t *testing.T, at time.Time) uuid.UUID {
-	t.Helper()
-	u, err := uuid.NewV7()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ms [8]byte
-	binary.BigEndian.PutUint64(ms[:], uint64(at.UnixMilli()))
-	copy(u[:6], ms[2:])
-	return u
 }
 
 // eventJSON is a valid order.confirmed.v1 record value.

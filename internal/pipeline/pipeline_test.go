@@ -96,7 +96,7 @@ func TestHandle(t *testing.T) {
 		{
 			name: "event_id 48h in the future is invalid",
 			value: func(t *testing.T) []byte {
-				return eventJSON(v7At(t, future), time.Now(), 1001, "99.95")
+				return eventJSON(events.IDAt(future), time.Now(), 1001, "99.95")
 			},
 			wantReason:   dlq.Invalid,
 			wantAttempts: 1,
@@ -106,7 +106,7 @@ func TestHandle(t *testing.T) {
 		{
 			name: "occurred_at 48h in the future is invalid",
 			value: func(t *testing.T) []byte {
-				return eventJSON(v7At(t, time.Now()), future, 1001, "99.95")
+				return eventJSON(events.IDAt(time.Now()), future, 1001, "99.95")
 			},
 			wantReason:   dlq.Invalid,
 			wantAttempts: 1,
@@ -117,7 +117,7 @@ func TestHandle(t *testing.T) {
 			name: "old event is valid",
 			value: func(t *testing.T) []byte {
 				old := time.Now().AddDate(-1, 0, 0)
-				return eventJSON(v7At(t, old), old, 1001, "99.95")
+				return eventJSON(events.IDAt(old), old, 1001, "99.95")
 			},
 			steps:     []step{ok(billing.Charged)},
 			wantCalls: 1,
@@ -583,7 +583,7 @@ func TestHandleConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			id := v7At(t, time.Now())
+			id := events.IDAt(time.Now())
 			if err := env.h.Handle(context.Background(), record(eventJSON(id, time.Now(), int64(i+1), "1.00"))); err != nil {
 				t.Errorf("Handle: %v", err)
 			}
