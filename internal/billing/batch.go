@@ -193,10 +193,6 @@ ON CONFLICT DO NOTHING RETURNING order_id, event_id`
 FROM unnest($1::bigint[], $2::text[]) AS v(o, id) WHERE c.order_id = v.o`
 )
 
-// errFallback makes a batch roll back so that its events are billed one
-// by one.
-var errFallback = errors.New("batch falls back to one event per transaction")
-
 // processBatch bills the batch in one transaction. Its error means nothing
 // was recorded and every event must be billed again on its own; otherwise
 // it answers each request, in order.
@@ -325,7 +321,7 @@ func (s *Service) processBatch(ctx context.Context, batch []request) ([]response
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errFallback, err)
+		return nil, fmt.Errorf("bill a batch of %d events: %w", len(batch), err)
 	}
 	return out, nil
 }
