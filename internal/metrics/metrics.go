@@ -34,6 +34,13 @@ type Metrics struct {
 	Retries *prometheus.CounterVec
 	// BatchSize is the number of events per billing transaction.
 	BatchSize prometheus.Histogram
+	// LedgerClaims is the number of charge ledger rows by status, for the
+	// two statuses that need attention: pending (claimed, outcome not yet
+	// known) and blocked (an operator must decide). Set by the completer.
+	LedgerClaims *prometheus.GaugeVec
+	// LedgerOldestPending is the age of the oldest pending claim, 0 when
+	// there is none. Set by the completer.
+	LedgerOldestPending prometheus.Gauge
 }
 
 // New creates the collectors and registers them on reg.
@@ -75,6 +82,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "billing_batch_size", Help: "Events billed per transaction.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
 		}),
+		LedgerClaims: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "billing_ledger_claims", Help: "Charge ledger claims that are not settled, by status (pending, blocked).",
+		}, []string{"status"}),
+		LedgerOldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_ledger_oldest_pending_seconds", Help: "Age of the oldest pending ledger claim; 0 when none is pending.",
+		}),
 	}
 	// Every label value exists from the start, at zero: an alert on
 	// rate() or increase() then sees the first DLQ record, instead of a
@@ -85,7 +98,11 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"invalid", "permanent", "conflict", "exhausted"} {
 		m.DLQ.WithLabelValues(r)
 	}
+	for _, s := range []string{"pending", "blocked"} {
+		m.LedgerClaims.WithLabelValues(s)
+	}
 	reg.MustRegister(m.Events, m.DLQ, m.EventDuration, m.PaymentRequests, m.PaymentDuration,
-		m.ConsumerLag, m.CommittedOffset, m.DedupPartitions, m.DedupBypassed, m.Retries, m.BatchSize)
+		m.ConsumerLag, m.CommittedOffset, m.DedupPartitions, m.DedupBypassed, m.Retries, m.BatchSize,
+		m.LedgerClaims, m.LedgerOldestPending)
 	return m
 }
