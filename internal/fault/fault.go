@@ -36,6 +36,12 @@ const (
 	// (401/403), database unreachable. Pause consumption and retry; never
 	// dead-letter, or every healthy event would follow.
 	Systemic
+	// Busy means another event holds the order's ledger claim and its
+	// charge's outcome is not known yet (SPEC §6): this event can only be
+	// decided once that claim settles. Wait and retry without spending
+	// attempts toward "exhausted" and without counting toward outage
+	// detection; it is neither this event's fault nor a dependency's.
+	Busy
 )
 
 // String returns the kind's name, which is also the DLQ reason for the kinds
@@ -52,6 +58,8 @@ func (k Kind) String() string {
 		return "conflict"
 	case Systemic:
 		return "systemic"
+	case Busy:
+		return "busy"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
