@@ -57,6 +57,12 @@ type config struct {
 	RetryBackoff          time.Duration `split_words:"true" default:"200ms" desc:"first delay between attempts; doubles each attempt, with 20% jitter"`
 	RetryBackoffMax       time.Duration `split_words:"true" default:"10s" desc:"cap of the delay between attempts"`
 
+	// The durable ledger claim (SPEC §6) and its completer.
+	DBTimeout         time.Duration `split_words:"true" default:"10s" desc:"deadline of each database statement on the billing path: a connection that silently drops packets fails the attempt instead of hanging it"`
+	CompleterInterval time.Duration `split_words:"true" default:"15s" desc:"how often the running service settles stale pending ledger claims (one replica at a time, by advisory lock)"`
+	CompleterAfter    time.Duration `split_words:"true" default:"1m" desc:"age from which a pending ledger claim is settled by the completer, re-sending its stored request (same key, same body); above BILLING_PAYMENT_TIMEOUT"`
+	ClaimBlockAfter   time.Duration `split_words:"true" default:"1h" desc:"a pending claim whose outcome is still unknown this long after it was made becomes blocked for an operator; keep it well below the provider's idempotency-key retention (24h at Stripe)"`
+
 	OutageThreshold int `split_words:"true" default:"10" desc:"distinct events failing transiently in a row (no success between) that mean the provider or database is down: the service then pauses instead of dead-lettering; 0 disables"`
 
 	HTTPAddr string `split_words:"true" default:":9090" desc:"listen address of /metrics, /healthz and /readyz"`
@@ -176,6 +182,18 @@ func (c config) validate(n need) error {
 	}
 	if _, err := c.logLevel(); err != nil {
 		return v("LOG_LEVEL", "%v", err)
+	}
+	if c.DBTimeout < 100*time.Millisecond {
+		return v("DB_TIMEOUT", "must be at least 100ms, got %s", c.DBTimeout)
+	}
+	if c.CompleterInterval < 100*time.Millisecond {
+		return v("COMPLETER_INTERVAL", "must be at least 100ms, got %s", c.CompleterInterval)
+	}
+	if c.CompleterAfter <= 0 || (n.payment && c.CompleterAfter <= c.PaymentTimeout) {
+		return v("COMPLETER_AFTER", "must be positive and above BILLING_PAYMENT_TIMEOUT (%s), got %s", c.PaymentTimeout, c.CompleterAfter)
+	}
+	if c.ClaimBlockAfter <= c.CompleterAfter {
+		return v("CLAIM_BLOCK_AFTER", "must exceed BILLING_COMPLETER_AFTER (%s), got %s", c.CompleterAfter, c.ClaimBlockAfter)
 	}
 	if n.kafka {
 		if len(c.KafkaBrokers) == 0 {

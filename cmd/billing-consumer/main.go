@@ -82,6 +82,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		})
 	case "dlq":
 		return dlqCommand(ctx, args, stdout, stderr)
+	case "reconcile":
+		return reconcileCommand(ctx, args, stdout, stderr)
 	}
 	return fmt.Errorf("unknown command %q: %w", command, errUsage)
 }
@@ -166,6 +168,10 @@ Usage:
                                                   republish dead-lettered records (R: invalid, permanent, conflict
                                                   or exhausted) to the source topic from where the last replay
                                                   stopped, print a summary and exit; -h for details
+  billing-consumer reconcile [--older-than D] [--dry-run]
+                                                  settle the pending ledger claims older than D (default
+                                                  BILLING_COMPLETER_AFTER) by re-sending their stored request
+                                                  (same key, same body), list them and the blocked ones, and exit
   billing-consumer help                           this text
   billing-consumer version                        version, commit and Go version
 

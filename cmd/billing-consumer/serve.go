@@ -113,9 +113,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer dlqWriter.Close()
 
-	var biller pipeline.Biller = billing.New(pool, payer, cfg.KafkaGroupID, time.Now, logger)
+	svc, err := billing.New(billing.Config{DB: pool, Charger: payer, Group: cfg.KafkaGroupID,
+		Now: time.Now, Logger: logger, DBTimeout: cfg.DBTimeout})
+	if err != nil {
+		return err
+	}
+	var biller pipeline.Biller = svc
 	if cfg.BatchSize > 1 {
-		batcher := billing.NewBatcher(biller.(*billing.Service), cfg.BatchSize,
+		batcher := billing.NewBatcher(svc, cfg.BatchSize,
 			int(cfg.dbMaxConns())-reservedConns, func(n int) { m.BatchSize.Observe(float64(n)) })
 		defer batcher.Close() // after the consumer has drained
 		biller = batcher
@@ -181,6 +186,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	wg.Go(func() {
 		maintainer(cfg, pool, logger).Run(bg, cfg.RetentionInterval, func(p dedup.Pass) {
 			m.DedupPartitions.Set(float64(p.Partitions))
+		})
+	})
+	wg.Go(func() {
+		completer(cfg, pool, payer, logger).Run(bg, cfg.CompleterInterval, func(u billing.Unsettled) {
+			m.LedgerClaims.WithLabelValues("pending").Set(float64(u.Pending))
+			m.LedgerClaims.WithLabelValues("blocked").Set(float64(u.Blocked))
+			m.LedgerOldestPending.Set(u.OldestPending.Seconds())
 		})
 	})
 	wg.Go(func() {

@@ -1,49 +1,63 @@
 // Package billing is the use case of billing-consumer: one validated
-// order.confirmed event in, one outcome out, in one Postgres transaction.
+// order.confirmed event in, one outcome out, with the order charged at the
+// provider at most once, ever (SPEC §6).
 //
-// The transaction holds, in this order:
+// Processing an event has two phases, after Brandur Leach's "atomic
+// phases" and Stripe's idempotency keys:
 //
-//  1. the processed_event insert (ON CONFLICT DO NOTHING): no row means this
-//     consumer group already finished the event, outcome Duplicate;
-//  2. the charge ledger insert, keyed by order_id: an existing row means the
-//     order was already charged, by this event (Duplicate) or by another
-//     one (DuplicateOrder when the amount and customer match, a Conflict
-//     error when they do not). A concurrent transaction for the same order
-//     waits on this insert until the first one ends, so two events for one
-//     order never both charge;
-//  3. the payment call, with the event_id as Idempotency-Key;
-//  4. the provider's charge id written to the ledger row, then COMMIT.
+//  1. The claim (ledger.go), committed before any money moves: the order's
+//     charge row is inserted as 'pending', owned by the event's event_id,
+//     with the customer and canonical amount that rebuild the exact
+//     request. If the order already has a row, decide says what that
+//     means: Duplicate, DuplicateOrder, a Conflict, the event's own
+//     pending claim (charge again, same key), or Busy (another event's
+//     charge is unsettled: wait). Nothing else can charge a claimed order.
+//  2. The charge (charge.go), one transaction: the processed_event insert
+//     (ON CONFLICT DO NOTHING; no row means Duplicate), the POST with
+//     Idempotency-Key: <event_id> and the canonical body, the claim marked
+//     'charged' with the provider's charge id, COMMIT. Then the caller
+//     commits the offset.
 //
-// Any failure rolls all of it back, so a retry starts afresh and charges
-// with the same key and body: a charge the provider took but whose answer
-// was lost is replayed by the provider, not taken twice.
+// When the charge's outcome is unknown (timeout, reset, 5xx, a lost
+// database connection, a crash) the transaction rolls back, taking the
+// processed_event row with it, and the claim stays 'pending': the event's
+// redelivery or the Completer re-sends the same request and the provider
+// answers from its stored result. A definite refusal (400, 402, 404)
+// deletes the claim only when the same attempt created it; a 422 marks it
+// 'blocked' for an operator. No rollback ever erases the only record that
+// money may have moved.
 package billing
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
-	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/money"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 )
 
 // Charger takes one charge at the payment provider. *payment.Client is
-// the production implementation. Its errors carry a fault.Kind.
+// the production implementation. It must send the same body for the same
+// request every time, and its errors carry a fault.Kind: Permanent for a
+// definite refusal, Conflict for a 422, Systemic when the request was not
+// accepted for reasons that are not the charge's, Transient when the
+// outcome is unknown.
 type Charger interface {
 	Charge(ctx context.Context, ch payment.Charge) (payment.Result, error)
 }
 
-// Beginner starts transactions; *pgxpool.Pool is one.
-type Beginner interface {
+// DB is what billing needs of Postgres; *pgxpool.Pool is one. Each call
+// may run on a different connection.
+type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // Outcome is what processing an event did. Its values are the result label
@@ -71,184 +85,80 @@ type Result struct {
 	DedupBypassed bool
 }
 
+// Config configures a Service. DB, Charger, Group, Now and Logger are
+// required.
+type Config struct {
+	DB      DB
+	Charger Charger
+	// Group is the consumer group, the consumer_group of processed_event.
+	Group  string
+	Now    func() time.Time
+	Logger *slog.Logger
+	// DBTimeout bounds every database statement, so that a connection
+	// that silently drops packets fails the attempt instead of hanging it
+	// past the group's session timeout. Zero means 10 s.
+	DBTimeout time.Duration
+}
+
 // Service processes events. It is safe for concurrent use; concurrent
-// calls for the same event or the same order are serialized by Postgres.
+// calls for the same event or the same order are serialized by the claim.
 type Service struct {
-	db      Beginner
-	charger Charger
-	group   string
-	now     func() time.Time
-	logger  *slog.Logger
+	db        DB
+	charger   Charger
+	group     string
+	now       func() time.Time
+	logger    *slog.Logger
+	dbTimeout time.Duration
 }
 
-// New returns a Service that records events as processed for consumer
-// group group.
-func New(db Beginner, charger Charger, group string, now func() time.Time, logger *slog.Logger) *Service {
-	return &Service{db: db, charger: charger, group: group, now: now, logger: logger}
+// New returns a Service, or an error naming what cfg lacks.
+func New(cfg Config) (*Service, error) {
+	if cfg.DB == nil || cfg.Charger == nil || cfg.Group == "" || cfg.Now == nil || cfg.Logger == nil {
+		return nil, errors.New("billing: db, charger, group, clock and logger are required")
+	}
+	if cfg.DBTimeout <= 0 {
+		cfg.DBTimeout = 10 * time.Second
+	}
+	return &Service{db: cfg.DB, charger: cfg.Charger, group: cfg.Group, now: cfg.Now,
+		logger: cfg.Logger, dbTimeout: cfg.DBTimeout}, nil
 }
 
-// Process charges the order of ev exactly once.
+// Process charges the order of ev at most once, ever.
 //
 // A nil error comes with Charged, Duplicate or DuplicateOrder. Errors carry
-// a fault.Kind: Conflict (same order, different amount or customer; or a
-// 422 from the provider), Permanent (the provider rejected the charge),
-// Systemic (credentials rejected, database unreachable) or Transient
-// (retry). After any error nothing was recorded, so the event can be
-// retried or dead-lettered safely.
+// a fault.Kind:
+//   - Conflict: the order belongs to another event with other parameters,
+//     ev's event_id claimed another order or a different body, the claim
+//     is blocked, or the provider answered 422;
+//   - Permanent: the provider refused the charge;
+//   - Busy: another event's claim on the order is unsettled; retry later;
+//   - Systemic: credentials rejected, database unreachable;
+//   - Transient: the outcome is unknown or the database failed; retry.
+//
+// After an error the event is not marked processed, so it can be retried
+// or dead-lettered; its order's claim stays as SPEC §6 requires.
 func (s *Service) Process(ctx context.Context, ev events.OrderConfirmed) (Result, error) {
-	res, err := s.process(ctx, ev, true)
-	if errors.Is(err, dedup.ErrNoPartition) {
-		// The failed insert aborted the transaction: redo it without the
-		// processed_event row. The ledger's order_id key still guarantees
-		// one charge per order.
-		s.logger.Warn("event outside dedup partitions, ledger decides",
-			"event_id", ev.EventID, "order_id", ev.OrderID)
-		res, err = s.process(ctx, ev, false)
-		res.DedupBypassed = true
-	}
-	return res, err
+	r := s.processAll(ctx, []events.OrderConfirmed{ev})[0]
+	return r.res, r.err
 }
 
-func (s *Service) process(ctx context.Context, ev events.OrderConfirmed, withDedup bool) (Result, error) {
-	var res Result
-	var chargeErr error
-	err := withTx(ctx, s.db, func(tx pgx.Tx) error {
-		res, chargeErr = Result{}, nil
-		now := s.now()
-		if withDedup {
-			fresh, err := dedup.MarkProcessed(ctx, tx, ev.EventID, s.group, now)
-			if errors.Is(err, dedup.ErrNoPartition) {
-				return err
-			}
-			if err != nil {
-				return classifyDB(err)
-			}
-			if !fresh {
-				res.Outcome = Duplicate
-				return nil
-			}
-		}
-		charged, err := s.claimOrder(ctx, tx, ev, now)
-		if err != nil || charged != "" {
-			res.Outcome = charged
-			return err
-		}
-		r, err := s.charger.Charge(ctx, payment.Charge{
-			IdempotencyKey: ev.EventID.String(),
-			OrderID:        ev.OrderID,
-			CustomerID:     ev.CustomerID,
-			Amount:         ev.TotalAmount,
-		})
-		if err != nil {
-			chargeErr = fmt.Errorf("charge order %d: %w", ev.OrderID, err)
-			return s.settleFailedCharge(context.WithoutCancel(ctx), tx, ev, withDedup, err)
-		}
-		if _, err := tx.Exec(ctx, recordChargeSQL, ev.OrderID, r.ChargeID, s.now()); err != nil {
-			return classifyDB(fmt.Errorf("record charge of order %d: %w", ev.OrderID, err))
-		}
-		res = Result{Outcome: Charged, ChargeID: r.ChargeID}
-		return nil
-	})
-	if err != nil && !errors.Is(err, dedup.ErrNoPartition) && !isClassified(err) {
-		// Begin or Commit failed.
-		err = classifyDB(err)
-	}
-	if err == nil {
-		err = chargeErr
-	}
-	return res, err
+// chargeOf is the charge request of ev: key and body derive from the event
+// alone, never from the attempt.
+func chargeOf(ev events.OrderConfirmed) payment.Charge {
+	return chargeRequest(ev.EventID.String(), ev.OrderID, ev.CustomerID, ev.TotalAmount)
 }
 
-// settleFailedCharge keeps, in tx, what a failed charge must leave behind.
-// The event is not done, so its processed_event row goes. Its ledger claim
-// stays, as 'pending', unless the failure proves nothing was taken (the
-// provider refused the charge, or it was never sent): a charge whose
-// outcome is unknown keeps the order claimed by this event, so no other
-// event for the order can charge it before this one's retry settles it.
-// tx then commits.
-func (s *Service) settleFailedCharge(ctx context.Context, tx pgx.Tx, ev events.OrderConfirmed, withDedup bool, cause error) error {
-	if withDedup {
-		if _, err := tx.Exec(ctx, unmarkSQL, ev.EventID, s.group); err != nil {
-			return classifyDB(err)
-		}
-	}
-	if k := fault.KindOf(cause); k == fault.Permanent || k == fault.Invalid {
-		if _, err := tx.Exec(ctx, releaseClaimSQL, ev.OrderID, ev.EventID); err != nil {
-			return classifyDB(err)
-		}
-	}
-	return nil
+func chargeRequest(key string, order, customer int64, amount money.Amount) payment.Charge {
+	return payment.Charge{IdempotencyKey: key, OrderID: order, CustomerID: customer, Amount: amount}
 }
 
-// withTx runs fn in a transaction, like pgx.BeginFunc, but commits with a
-// context that outlives ctx (bounded): when a shutdown cancels ctx during
-// a charge, the pending claim must still be committed.
-func withTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return err
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	return tx.Commit(cctx)
+// live bounds a statement that may be cancelled with ctx.
+func (s *Service) live(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.dbTimeout)
 }
 
-const (
-	claimOrderSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, charged_at, status)
-VALUES ($1, $2, $3, $4::numeric, $5, 'pending') ON CONFLICT DO NOTHING`
-	existingChargeSQL = `SELECT event_id, customer_id, amount::text, status FROM charge WHERE order_id = $1`
-	recordChargeSQL   = `UPDATE charge SET provider_charge_id = $2, charged_at = $3, status = 'charged' WHERE order_id = $1`
-	unmarkSQL         = `DELETE FROM processed_event WHERE event_id = $1 AND consumer_group = $2`
-	releaseClaimSQL   = `DELETE FROM charge WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
-)
-
-// claimOrder inserts the order's ledger row. An empty outcome and nil error
-// mean the row is ours and the order must be charged; otherwise the order
-// was already charged and the outcome (or a Conflict error) says by whom.
-func (s *Service) claimOrder(ctx context.Context, tx pgx.Tx, ev events.OrderConfirmed, now time.Time) (Outcome, error) {
-	tag, err := tx.Exec(ctx, claimOrderSQL, ev.OrderID, ev.EventID, ev.CustomerID, ev.TotalAmount.String(), now)
-	if err != nil {
-		return "", classifyDB(fmt.Errorf("claim order %d: %w", ev.OrderID, err))
-	}
-	if tag.RowsAffected() == 1 {
-		return "", nil
-	}
-	var (
-		eventID    uuid.UUID
-		customerID int64
-		amount     string
-		status     string
-	)
-	err = tx.QueryRow(ctx, existingChargeSQL, ev.OrderID).Scan(&eventID, &customerID, &amount, &status)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// The insert conflicted on event_id, not order_id: this event_id
-		// already charged another order. A producer bug or a forgery.
-		return "", fault.Errorf(fault.Conflict, "event %s already charged a different order than %d", ev.EventID, ev.OrderID)
-	}
-	if err != nil {
-		return "", classifyDB(fmt.Errorf("read charge of order %d: %w", ev.OrderID, err))
-	}
-	switch {
-	case eventID == ev.EventID && status == "pending":
-		return "", nil // our own earlier charge, outcome unknown: charge again, same key
-	case eventID == ev.EventID:
-		return Duplicate, nil
-	case status == "pending":
-		return "", fault.Errorf(fault.Transient, "order %d has a charge of unknown outcome by event %s; waiting for it to settle", ev.OrderID, eventID)
-	case amount != ev.TotalAmount.String() || customerID != ev.CustomerID:
-		return "", fault.Errorf(fault.Conflict, "order %d already charged by event %s with other parameters", ev.OrderID, eventID)
-	default:
-		s.logger.Info("order already charged by another event", "event_id", ev.EventID,
-			"order_id", ev.OrderID, "charged_by", eventID)
-		return DuplicateOrder, nil
-	}
-}
-
-func isClassified(err error) bool {
-	var e *fault.Error
-	return errors.As(err, &e)
+// detached bounds a statement that must finish even when ctx has ended:
+// recording what the provider answered, a rollback, a release.
+func (s *Service) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.dbTimeout)
 }

@@ -54,9 +54,40 @@ func newEnv(t *testing.T, token string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{pool: pool, sim: sim, svc: billing.New(pool, client, group, func() time.Time { return now }, discard()),
-		declined: map[int64]bool{}}
+	return &env{pool: pool, sim: sim, svc: newService(t, pool, client), declined: map[int64]bool{}}
 }
+
+func newService(t *testing.T, db billing.DB, c billing.Charger) *billing.Service {
+	t.Helper()
+	svc, err := billing.New(billing.Config{DB: db, Charger: c, Group: group,
+		Now: func() time.Time { return now }, Logger: discard(), DBTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// settle processes ev until it is no longer Busy (another event's claim
+// on its order unsettled), as the pipeline's retries do. Bounded.
+func settle(ctx context.Context, t *testing.T, svc interface {
+	Process(context.Context, events.OrderConfirmed) (billing.Result, error)
+}, ev events.OrderConfirmed) (billing.Result, error) {
+	for range 500 {
+		res, err := svc.Process(ctx, ev)
+		if !fault.Is(err, fault.Busy) {
+			return res, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("event %s still busy after 500 attempts", ev.EventID)
+	return billing.Result{}, fault.Errorf(fault.Busy, "still busy")
+}
+
+// chargerFunc is a Charger of one function, for tests that wrap or
+// replace the real client.
+type chargerFunc func(context.Context, payment.Charge) (payment.Result, error)
+
+func (f chargerFunc) Charge(ctx context.Context, ch payment.Charge) (payment.Result, error) { return f(ctx, ch) }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -187,7 +218,7 @@ func TestConcurrentEventsForOneOrderChargeOnce(t *testing.T) {
 	for i := range n {
 		ev := event(1004, 2500)
 		wg.Go(func() {
-			res, err := e.svc.Process(context.Background(), ev)
+			res, err := settle(context.Background(), t, e.svc, ev)
 			if err != nil {
 				t.Errorf("event %d: %v", i, err)
 			}
@@ -218,7 +249,7 @@ func TestConcurrentEventsForOneOrderWithDifferentAmounts(t *testing.T) {
 	results := make([]billing.Result, 2)
 	var wg sync.WaitGroup
 	for i, ev := range []events.OrderConfirmed{a, b} {
-		wg.Go(func() { results[i], errs[i] = e.svc.Process(context.Background(), ev) })
+		wg.Go(func() { results[i], errs[i] = settle(context.Background(), t, e.svc, ev) })
 	}
 	wg.Wait()
 	charged, conflicts := 0, 0
@@ -301,9 +332,13 @@ func TestKeyReusedWithOtherParametersIsConflict(t *testing.T) {
 		t.Fatalf("Process = %v; want conflict", err)
 	}
 	// The provider holds a charge under this key: the order stays claimed,
-	// pending, for an operator, rather than free for another event.
-	if st := e.status(t, 1009); st != "pending" || e.processedRows(t, ev.EventID) != 0 {
-		t.Fatalf("after a 422: ledger status %q, processed rows %d; want pending, 0", st, e.processedRows(t, ev.EventID))
+	// blocked for an operator, rather than free for another event.
+	if st := e.status(t, 1009); st != "blocked" || e.processedRows(t, ev.EventID) != 0 {
+		t.Fatalf("after a 422: ledger status %q, processed rows %d; want blocked, 0", st, e.processedRows(t, ev.EventID))
+	}
+	// Another event for the order is a conflict at once, not a wait.
+	if _, err := e.svc.Process(context.Background(), event(1009, 100)); !fault.Is(err, fault.Conflict) {
+		t.Fatalf("another event for a blocked order = %v; want conflict", err)
 	}
 }
 
@@ -317,9 +352,10 @@ func TestEventOutsidePartitionsIsDecidedByLedger(t *testing.T) {
 	if err != nil || res.Outcome != billing.Charged || !res.DedupBypassed {
 		t.Fatalf("first = %+v, %v; want charged, dedup bypassed", res, err)
 	}
+	// The redelivery is decided by its claim, before any dedup insert.
 	res, err = e.svc.Process(context.Background(), ev)
-	if err != nil || res.Outcome != billing.Duplicate || !res.DedupBypassed {
-		t.Fatalf("redelivery = %+v, %v; want duplicate, dedup bypassed", res, err)
+	if err != nil || res.Outcome != billing.Duplicate {
+		t.Fatalf("redelivery = %+v, %v; want duplicate", res, err)
 	}
 	if e.sim.ChargesFor(1010) != 1 {
 		t.Fatalf("provider charges = %d", e.sim.ChargesFor(1010))
@@ -334,7 +370,10 @@ func TestDatabaseDownIsSystemic(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dead.Close()
-	svc := billing.New(dead, nil, group, func() time.Time { return now }, discard())
+	svc := newService(t, dead, chargerFunc(func(context.Context, payment.Charge) (payment.Result, error) {
+		t.Error("charged without a database")
+		return payment.Result{}, nil
+	}))
 	_, err = svc.Process(context.Background(), event(1011, 100))
 	if !fault.Is(err, fault.Systemic) {
 		t.Fatalf("Process with the database down = %v (kind %v); want systemic", err, fault.KindOf(err))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -25,9 +26,14 @@ import (
 var ErrNoPartition = errors.New("event time outside the processed_event partitions")
 
 // Execer is the part of pgx.Tx (or pgx.Conn, pgxpool.Pool) that
-// MarkProcessed needs.
+// MarkProcessed and Unmark need.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Querier is the part of pgx.Tx that MarkProcessedBatch needs.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 const markSQL = `INSERT INTO processed_event (event_id, consumer_group, processed_at)
@@ -58,4 +64,42 @@ func MarkProcessed(ctx context.Context, tx Execer, eventID uuid.UUID, group stri
 func noPartition(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23514" && pgErr.TableName == "processed_event"
+}
+
+// The batch insert sorts its rows, so that concurrent batches take their
+// row locks in one order and cannot deadlock on each other.
+const (
+	markBatchSQL = `INSERT INTO processed_event (event_id, consumer_group, processed_at)
+SELECT id, $2, $3 FROM unnest($1::uuid[]) AS id ORDER BY id
+ON CONFLICT DO NOTHING RETURNING event_id`
+	unmarkSQL = `DELETE FROM processed_event WHERE event_id = ANY($1) AND consumer_group = $2`
+)
+
+// MarkProcessedBatch is MarkProcessed for several distinct events in one
+// statement: it returns those whose row is new. One event outside every
+// partition fails the whole statement with ErrNoPartition (wrapped).
+func MarkProcessedBatch(ctx context.Context, tx Querier, eventIDs []uuid.UUID, group string, at time.Time) ([]uuid.UUID, error) {
+	rows, err := tx.Query(ctx, markBatchSQL, eventIDs, group, at)
+	if err == nil {
+		var fresh []uuid.UUID
+		fresh, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err == nil {
+			return fresh, nil
+		}
+	}
+	if noPartition(err) {
+		return nil, fmt.Errorf("mark %d events processed: %w", len(eventIDs), ErrNoPartition)
+	}
+	return nil, fmt.Errorf("mark %d events processed: %w", len(eventIDs), err)
+}
+
+// Unmark deletes, in tx, the processed_event rows of eventIDs that tx
+// inserted: in a transaction that commits other events' results, it undoes
+// the mark of the events that did not finish, so that a retry or a replay
+// processes them afresh.
+func Unmark(ctx context.Context, tx Execer, eventIDs []uuid.UUID, group string) error {
+	if _, err := tx.Exec(ctx, unmarkSQL, eventIDs, group); err != nil {
+		return fmt.Errorf("unmark %d events: %w", len(eventIDs), err)
+	}
+	return nil
 }

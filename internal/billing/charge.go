@@ -1,0 +1,207 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/billing-consumer/billing-consumer/internal/dedup"
+	"github.com/billing-consumer/billing-consumer/internal/events"
+	"github.com/billing-consumer/billing-consumer/internal/fault"
+)
+
+// recordSQL marks claims charged. It matches on the owning event, whatever
+// the status: a 2xx for the claim's key is the truth about the money, even
+// when the completer blocked the claim meanwhile.
+const recordSQL = `UPDATE charge AS c SET provider_charge_id = v.id, charged_at = $4, status = 'charged'
+FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS v(o, e, id) WHERE c.order_id = v.o AND c.event_id = v.e`
+
+// response is the answer for one event.
+type response struct {
+	res Result
+	err error
+}
+
+// charge charges the claimed ev in one transaction; created says whether
+// this attempt created the claim.
+func (s *Service) charge(ctx context.Context, ev events.OrderConfirmed, created, withDedup bool) (Result, error) {
+	out, err := s.chargeAll(ctx, []events.OrderConfirmed{ev}, []bool{created}, withDedup)
+	if err != nil {
+		return Result{}, err
+	}
+	return out[0].res, out[0].err
+}
+
+// chargeAll is the charge phase for events whose orders they have claimed
+// (distinct event ids): one transaction with the processed_event rows
+// (unless withDedup is false), the charges in parallel, the claims of the
+// charged events marked 'charged', one COMMIT. A failed charge fails its
+// own event only.
+//
+// Its error means that nothing was recorded or sent: dedup.ErrNoPartition
+// (wrapped) when an event falls outside the processed_event partitions, or
+// a failure to begin. Otherwise it answers each event, in order; an event
+// the provider charged but whose record did not commit gets a Transient
+// error, its claim still pending: the retry gets the provider's stored
+// answer.
+func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, created []bool, withDedup bool) ([]response, error) {
+	bctx, cancel := s.live(ctx)
+	tx, err := s.db.Begin(bctx)
+	cancel()
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("begin: %w", err))
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			rctx, cancel := s.detached(ctx)
+			defer cancel()
+			_ = tx.Rollback(rctx)
+		}
+	}()
+	out := make([]response, len(evs))
+	todo := make([]int, 0, len(evs))
+	if withDedup {
+		isFresh, err := s.markProcessed(ctx, tx, evs)
+		if err != nil {
+			return nil, err
+		}
+		for i, ev := range evs {
+			if isFresh[ev.EventID] {
+				todo = append(todo, i)
+			} else {
+				out[i].res.Outcome = Duplicate
+			}
+		}
+	} else {
+		for i := range evs {
+			todo = append(todo, i)
+		}
+	}
+	s.sendAll(ctx, evs, todo, out)
+
+	var charged, failed []int
+	for _, i := range todo {
+		if out[i].err != nil {
+			failed = append(failed, i)
+		} else {
+			charged = append(charged, i)
+		}
+	}
+	if len(charged) > 0 {
+		if err := s.record(ctx, tx, evs, out, charged, failed, withDedup); err != nil {
+			for _, i := range charged {
+				out[i] = response{err: fault.New(fault.KindOf(err), fmt.Errorf(
+					"order %d was charged, but recording it failed (the claim stays pending; the retry replays): %w", evs[i].OrderID, err))}
+			}
+		} else {
+			committed = true
+		}
+	}
+	s.settleFailed(ctx, evs, created, failed, out)
+	return out, nil
+}
+
+// markProcessed inserts the processed_event rows of evs in tx and returns
+// which are new.
+func (s *Service) markProcessed(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed) (map[uuid.UUID]bool, error) {
+	ids := make([]uuid.UUID, len(evs))
+	for i, ev := range evs {
+		ids[i] = ev.EventID
+	}
+	mctx, cancel := s.live(ctx)
+	defer cancel()
+	fresh, err := dedup.MarkProcessedBatch(mctx, tx, ids, s.group, s.now())
+	if errors.Is(err, dedup.ErrNoPartition) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, classifyDB(err)
+	}
+	isFresh := make(map[uuid.UUID]bool, len(fresh))
+	for _, id := range fresh {
+		isFresh[id] = true
+	}
+	return isFresh, nil
+}
+
+// sendAll charges evs[idx] concurrently and fills in out.
+func (s *Service) sendAll(ctx context.Context, evs []events.OrderConfirmed, idx []int, out []response) {
+	send := func(i int) {
+		r, err := s.charger.Charge(ctx, chargeOf(evs[i]))
+		if err != nil {
+			out[i].err = fmt.Errorf("charge order %d: %w", evs[i].OrderID, err)
+			return
+		}
+		out[i].res = Result{Outcome: Charged, ChargeID: r.ChargeID}
+	}
+	if len(idx) == 1 {
+		send(idx[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, i := range idx {
+		wg.Go(func() { send(i) })
+	}
+	wg.Wait()
+}
+
+// record marks the charged events' claims charged, removes the failed
+// events' processed_event rows and commits tx, all on a context that
+// outlives ctx: the provider took money, so the ledger must say so even
+// when a shutdown cancels ctx meanwhile.
+func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed, out []response, charged, failed []int, withDedup bool) error {
+	wctx, cancel := s.detached(ctx)
+	defer cancel()
+	orders, ids, chargeIDs := make([]int64, len(charged)), make([]uuid.UUID, len(charged)), make([]string, len(charged))
+	for k, i := range charged {
+		orders[k], ids[k], chargeIDs[k] = evs[i].OrderID, evs[i].EventID, out[i].res.ChargeID
+	}
+	tag, err := tx.Exec(wctx, recordSQL, orders, ids, chargeIDs, s.now())
+	if err != nil {
+		return classifyDB(fmt.Errorf("record %d charges: %w", len(charged), err))
+	}
+	if int(tag.RowsAffected()) != len(charged) {
+		// Impossible while claims are released only by their creator on a
+		// definite refusal: the provider took money for a claim that is gone.
+		return fault.Errorf(fault.Conflict, "recorded %d of %d charges: a ledger claim vanished while its charge was taken", tag.RowsAffected(), len(charged))
+	}
+	if withDedup && len(failed) > 0 {
+		unmark := make([]uuid.UUID, len(failed))
+		for k, i := range failed {
+			unmark[k] = evs[i].EventID
+		}
+		if err := dedup.Unmark(wctx, tx, unmark, s.group); err != nil {
+			return classifyDB(err)
+		}
+	}
+	if err := tx.Commit(wctx); err != nil {
+		return classifyDB(fmt.Errorf("commit %d charges: %w", len(charged), err))
+	}
+	return nil
+}
+
+// settleFailed gives the events whose charge failed their ledger outcome
+// (see settleRefused) and logs what a kept claim means.
+func (s *Service) settleFailed(ctx context.Context, evs []events.OrderConfirmed, created []bool, failed []int, out []response) {
+	var release, block []events.OrderConfirmed
+	why := map[uuid.UUID]string{}
+	for _, i := range failed {
+		ev, err := evs[i], out[i].err
+		switch k := fault.KindOf(err); {
+		case k == fault.Conflict:
+			block = append(block, ev)
+			why[ev.EventID] = err.Error()
+		case (k == fault.Permanent || k == fault.Invalid) && created[i]:
+			release = append(release, ev)
+		case k == fault.Permanent || k == fault.Invalid:
+			s.logger.Warn("charge refused, but an earlier attempt created the claim: left pending for the completer",
+				"order_id", ev.OrderID, "event_id", ev.EventID, "err", err)
+		}
+	}
+	s.settleRefused(ctx, release, block, why)
+}

@@ -1,0 +1,270 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billing-consumer/billing-consumer/internal/fault"
+)
+
+// completerLockKey is the Postgres advisory lock that lets one replica at a
+// time settle claims ("complete" in ASCII).
+const completerLockKey int64 = 0x636f6d706c657465
+
+// Completer settles pending ledger claims that their events have not
+// settled: the event was dead-lettered, its partition moved on, or the
+// process that made the claim died. For each pending claim older than
+// After it re-sends the claim's request — the claiming event's
+// Idempotency-Key with the body rebuilt from the claim, byte-identical to
+// the original — and settles it by the answer:
+//
+//	2xx                      charged, with the provider's charge id
+//	422                      blocked (the key is bound to other parameters)
+//	400, 402, 404            blocked: the refusal may be a stored answer
+//	                         for a request that did not create the claim
+//	timeout, reset, 5xx, 409 still pending; blocked once the claim is older
+//	                         than BlockAfter
+//	401, 403, certificate    the pass stops: nothing can be settled now
+//
+// A blocked claim is never released automatically: an operator decides.
+// Several replicas may run a Completer: an advisory lock lets one of them
+// settle at a time (the others only report the counts).
+type Completer struct {
+	Pool    *pgxpool.Pool
+	Charger Charger
+	// After is the age from which a pending claim is settled here rather
+	// than left to its event's own retries.
+	After time.Duration
+	// BlockAfter is the age past which a claim whose outcome is still
+	// unknown becomes blocked. It must stay well below the provider's
+	// retention of idempotency keys: a key the provider has forgotten
+	// would charge again.
+	BlockAfter time.Duration
+	// DBTimeout bounds each statement; zero means 10 s.
+	DBTimeout time.Duration
+	// Limit is the most claims settled in one pass; zero means 100.
+	Limit  int
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Unsettled counts the ledger claims that are not charged.
+type Unsettled struct {
+	Pending, Blocked int
+	// OldestPending is the age of the oldest pending claim, 0 without one.
+	OldestPending time.Duration
+}
+
+// Settled is what a pass did to one claim.
+type Settled struct {
+	Claim
+	// Result is "charged", "blocked", "pending" (still unknown), or, in a
+	// dry run, "would re-send".
+	Result string
+	// Detail is the charge id, or why the claim is blocked or pending.
+	Detail string
+}
+
+// PassReport is what one pass did.
+type PassReport struct {
+	// Skipped is true when another process held the completer's lock.
+	Skipped bool
+	Settled []Settled
+	// Unsettled counts the claims after the pass.
+	Unsettled Unsettled
+}
+
+// PassOptions tune one pass.
+type PassOptions struct {
+	// OlderThan overrides After when positive.
+	OlderThan time.Duration
+	// DryRun lists the claims that would be settled without sending
+	// anything or changing the ledger.
+	DryRun bool
+}
+
+const (
+	staleClaimsSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at FROM charge
+WHERE status = 'pending' AND claimed_at < $1 ORDER BY claimed_at LIMIT $2`
+	unsettledSQL = `SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'blocked'),
+coalesce(min(claimed_at) FILTER (WHERE status = 'pending'), $1) FROM charge WHERE status <> 'charged'`
+	stillUnknownSQL = `UPDATE charge SET settle_attempts = settle_attempts + 1, last_error = $3
+WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
+)
+
+// RunOnce makes one pass. Its error is a failure of the pass itself (the
+// database, or a systemic answer of the provider); claims it could not
+// settle are reported, not errors.
+func (c *Completer) RunOnce(ctx context.Context, opt PassOptions) (PassReport, error) {
+	if c.After <= 0 || c.BlockAfter <= c.After {
+		return PassReport{}, fmt.Errorf("completer: after %v must be positive and below block-after %v", c.After, c.BlockAfter)
+	}
+	conn, err := c.Pool.Acquire(ctx)
+	if err != nil {
+		return PassReport{}, fmt.Errorf("completer: %w", err)
+	}
+	defer conn.Release()
+	var rep PassReport
+	if !opt.DryRun {
+		unlock, locked, err := advisoryLock(ctx, conn, completerLockKey, c.dbTimeout())
+		if err != nil {
+			return rep, fmt.Errorf("completer lock: %w", err)
+		}
+		if !locked {
+			rep.Skipped = true
+		} else {
+			defer unlock()
+		}
+	}
+	if !rep.Skipped {
+		rep.Settled, err = c.settleStale(ctx, conn, opt)
+	}
+	var uerr error
+	rep.Unsettled, uerr = c.count(ctx, conn)
+	return rep, errors.Join(err, uerr)
+}
+
+// settleStale settles the pending claims older than the pass's age.
+func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt PassOptions) ([]Settled, error) {
+	age := c.After
+	if opt.OlderThan > 0 {
+		age = opt.OlderThan
+	}
+	limit := c.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	now := c.Now()
+	qctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
+	rows, err := conn.Query(qctx, staleClaimsSQL, now.Add(-age), limit)
+	var claims []Claim
+	if err == nil {
+		claims, err = pgx.CollectRows(rows, scanClaim)
+	}
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("completer: read pending claims: %w", err)
+	}
+	var done []Settled
+	for _, cl := range claims {
+		if opt.DryRun {
+			done = append(done, Settled{Claim: cl, Result: "would re-send"})
+			continue
+		}
+		s, err := c.settle(ctx, conn, cl, now)
+		if err != nil {
+			return done, err
+		}
+		done = append(done, s)
+	}
+	return done, nil
+}
+
+// settle re-sends cl's request and records the answer.
+func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, now time.Time) (Settled, error) {
+	r, err := c.Charger.Charge(ctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
+	out := Settled{Claim: cl}
+	var sql string
+	var args []any
+	switch k := fault.KindOf(err); {
+	case err == nil:
+		out.Result, out.Detail = statusCharged, r.ChargeID
+		sql, args = recordSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, []string{r.ChargeID}, c.Now()}
+	case k == fault.Systemic:
+		return out, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
+	case ctx.Err() != nil:
+		return out, ctx.Err()
+	case k == fault.Conflict, k == fault.Permanent, k == fault.Invalid, now.Sub(cl.ClaimedAt) > c.BlockAfter:
+		out.Result, out.Detail = statusBlocked, fmt.Sprintf("re-sent by the completer: %v", err)
+		if k != fault.Conflict && k != fault.Permanent && k != fault.Invalid {
+			out.Detail = fmt.Sprintf("outcome still unknown %s after the claim: %v", now.Sub(cl.ClaimedAt).Round(time.Second), err)
+		}
+		sql, args = blockSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, out.Detail}
+	default:
+		out.Result, out.Detail = statusPending, err.Error()
+		sql, args = stillUnknownSQL, []any{cl.OrderID, cl.EventID, out.Detail}
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
+	defer cancel()
+	if _, err := conn.Exec(wctx, sql, args...); err != nil {
+		return out, fmt.Errorf("completer: record order %d as %s: %w", cl.OrderID, out.Result, err)
+	}
+	level := slog.LevelInfo
+	if out.Result == statusBlocked {
+		level = slog.LevelError
+	}
+	c.Logger.Log(ctx, level, "ledger claim settled by the completer", "order_id", cl.OrderID, "event_id", cl.EventID,
+		"result", out.Result, "detail", out.Detail)
+	return out, nil
+}
+
+// count reads the unsettled claims.
+func (c *Completer) count(ctx context.Context, conn *pgxpool.Conn) (Unsettled, error) {
+	qctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
+	defer cancel()
+	now := c.Now()
+	var u Unsettled
+	var oldest time.Time
+	if err := conn.QueryRow(qctx, unsettledSQL, now).Scan(&u.Pending, &u.Blocked, &oldest); err != nil {
+		return u, fmt.Errorf("completer: count claims: %w", err)
+	}
+	if u.Pending > 0 {
+		u.OldestPending = max(0, now.Sub(oldest))
+	}
+	return u, nil
+}
+
+// Run makes a pass now and then every interval until ctx ends, logging
+// failures (the next pass retries). onPass, when not nil, sees the counts
+// after every pass that could read them: the service sets the ledger
+// gauges from them.
+func (c *Completer) Run(ctx context.Context, interval time.Duration, onPass func(Unsettled)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		rep, err := c.RunOnce(ctx, PassOptions{})
+		if err != nil && ctx.Err() == nil {
+			c.Logger.Error("completer pass failed", "err", err)
+		}
+		if onPass != nil && (err == nil || len(rep.Settled) > 0 || rep.Unsettled != (Unsettled{})) {
+			onPass(rep.Unsettled)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Completer) dbTimeout() time.Duration {
+	if c.DBTimeout > 0 {
+		return c.DBTimeout
+	}
+	return 10 * time.Second
+}
+
+// advisoryLock tries to take a session advisory lock on conn. unlock
+// releases it, or closes the connection (which releases it) when the
+// release fails.
+func advisoryLock(ctx context.Context, conn *pgxpool.Conn, key int64, timeout time.Duration) (unlock func(), locked bool, err error) {
+	lctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := conn.QueryRow(lctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&locked); err != nil || !locked {
+		return nil, false, err
+	}
+	return func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		if _, err := conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+			_ = conn.Hijack().Close(uctx)
+		}
+	}, true, nil
+}

@@ -1,0 +1,281 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/billing-consumer/billing-consumer/internal/events"
+	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/money"
+)
+
+// Ledger statuses (the charge.status column).
+const (
+	statusPending = "pending"
+	statusCharged = "charged"
+	statusBlocked = "blocked"
+)
+
+// Claim is an order's row in the charge ledger.
+type Claim struct {
+	OrderID    int64
+	EventID    uuid.UUID
+	CustomerID int64
+	Amount     money.Amount
+	Status     string
+	ClaimedAt  time.Time
+}
+
+// The claim statements run outside any transaction: each commits on its
+// own, before the provider is called. They sort their rows so concurrent
+// claims lock ledger rows in one order.
+const (
+	claimSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status)
+SELECT o, e, c, a::numeric, $5, $5, 'pending'
+FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[]) WITH ORDINALITY AS v(o, e, c, a, n)
+ORDER BY o, n
+ON CONFLICT DO NOTHING RETURNING event_id`
+	// lookupSQL returns the rows that stopped a claim: the order's row,
+	// and the row of another order holding the event_id, if any.
+	lookupSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at FROM charge
+WHERE order_id = ANY($1) OR event_id = ANY($2)`
+	releaseSQL = `DELETE FROM charge c USING unnest($1::bigint[], $2::uuid[]) AS v(o, e)
+WHERE c.order_id = v.o AND c.event_id = v.e AND c.status = 'pending'`
+	blockSQL = `UPDATE charge c SET status = 'blocked', last_error = $3 FROM unnest($1::bigint[], $2::uuid[]) AS v(o, e)
+WHERE c.order_id = v.o AND c.event_id = v.e AND c.status = 'pending'`
+)
+
+// verdict is what an existing ledger row means for an event.
+type verdict int
+
+const (
+	// verdictDone: the event is decided without a charge (an outcome or
+	// an error).
+	verdictDone verdict = iota
+	// verdictCharge: the row is the event's own pending claim: charge
+	// again with the same key and body.
+	verdictCharge
+	// verdictReclaim: no row stopped the claim after all (its owner
+	// released it meanwhile): claim again.
+	verdictReclaim
+)
+
+// decide is the one place that says what an existing claim means for ev,
+// for the single and the batched path alike. found is false when the
+// claim's insert conflicted but no row turned up.
+func decide(row Claim, found bool, ev events.OrderConfirmed) (verdict, Outcome, error) {
+	switch {
+	case !found:
+		return verdictReclaim, "", nil
+	case row.OrderID != ev.OrderID:
+		return verdictDone, "", fault.Errorf(fault.Conflict, "event %s already claimed order %d, not %d", ev.EventID, row.OrderID, ev.OrderID)
+	case row.EventID == ev.EventID && (row.Amount != ev.TotalAmount || row.CustomerID != ev.CustomerID):
+		return verdictDone, "", fault.Errorf(fault.Conflict, "event %s claimed order %d with other parameters (customer %d, amount %s)",
+			ev.EventID, ev.OrderID, row.CustomerID, row.Amount)
+	case row.Status == statusBlocked:
+		return verdictDone, "", fault.Errorf(fault.Conflict, "order %d: the claim of event %s is blocked; an operator must decide", ev.OrderID, row.EventID)
+	case row.EventID == ev.EventID && row.Status == statusPending:
+		return verdictCharge, "", nil
+	case row.EventID == ev.EventID:
+		return verdictDone, Duplicate, nil
+	case row.Status == statusPending:
+		return verdictDone, "", fault.Errorf(fault.Busy, "order %d is claimed by event %s, whose charge is not settled yet", ev.OrderID, row.EventID)
+	case row.Amount != ev.TotalAmount || row.CustomerID != ev.CustomerID:
+		return verdictDone, "", fault.Errorf(fault.Conflict, "order %d already charged by event %s with other parameters", ev.OrderID, row.EventID)
+	default:
+		return verdictDone, DuplicateOrder, nil
+	}
+}
+
+// claimed is the claim phase's answer for one event.
+type claimed struct {
+	// charge is true when the event must be charged: created says whether
+	// this attempt created the claim (only then may a definite refusal
+	// release it).
+	charge, created bool
+	res             Result
+	err             error
+}
+
+// claimAll claims the orders of evs, which must have distinct event ids,
+// in one statement, and decides every event whose claim an existing row
+// stopped. An event whose stopping row vanished meanwhile is claimed
+// again, a few times.
+func (s *Service) claimAll(ctx context.Context, evs []events.OrderConfirmed) []claimed {
+	out := make([]claimed, len(evs))
+	todo := make([]int, len(evs))
+	for i := range todo {
+		todo[i] = i
+	}
+	for try := 0; len(todo) > 0; try++ {
+		if try == 3 {
+			for _, i := range todo {
+				out[i].err = fault.Errorf(fault.Transient, "claim of order %d keeps racing with its release", evs[i].OrderID)
+			}
+			break
+		}
+		var err error
+		if todo, err = s.claimOnce(ctx, evs, todo, out); err != nil {
+			for _, i := range todo {
+				out[i].err = err
+			}
+			break
+		}
+	}
+	return out
+}
+
+// claimOnce claims the events evs[todo], fills in out and returns those to
+// claim again.
+func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, todo []int, out []claimed) ([]int, error) {
+	orders, ids := make([]int64, len(todo)), make([]uuid.UUID, len(todo))
+	customers, amounts := make([]int64, len(todo)), make([]string, len(todo))
+	for k, i := range todo {
+		ev := evs[i]
+		orders[k], ids[k], customers[k], amounts[k] = ev.OrderID, ev.EventID, ev.CustomerID, ev.TotalAmount.String()
+	}
+	cctx, cancel := s.live(ctx)
+	defer cancel()
+	rows, err := s.db.Query(cctx, claimSQL, orders, ids, customers, amounts, s.now())
+	if err != nil {
+		return todo, classifyDB(fmt.Errorf("claim %d orders: %w", len(todo), err))
+	}
+	won, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		// The statement's outcome is unknown: it may have committed. Each
+		// event finds out on its retry, which sees its own pending claim.
+		return todo, classifyDB(fmt.Errorf("claim %d orders: %w", len(todo), err))
+	}
+	isWon := make(map[uuid.UUID]bool, len(won))
+	for _, id := range won {
+		isWon[id] = true
+	}
+	var lost []int
+	for _, i := range todo {
+		if isWon[evs[i].EventID] {
+			out[i] = claimed{charge: true, created: true}
+		} else {
+			lost = append(lost, i)
+		}
+	}
+	if len(lost) == 0 {
+		return nil, nil
+	}
+	existing, err := s.lookup(ctx, evs, lost)
+	if err != nil {
+		return lost, err
+	}
+	var again []int
+	for _, i := range lost {
+		ev := evs[i]
+		row, found := existing.forEvent(ev)
+		switch v, outcome, err := decide(row, found, ev); v {
+		case verdictReclaim:
+			again = append(again, i)
+		case verdictCharge:
+			out[i] = claimed{charge: true}
+		default:
+			out[i] = claimed{res: Result{Outcome: outcome}, err: err}
+			if outcome == DuplicateOrder {
+				s.logger.Info("order already charged by another event", "event_id", ev.EventID,
+					"order_id", ev.OrderID, "charged_by", row.EventID)
+			}
+		}
+	}
+	return again, nil
+}
+
+// ledgerRows are the rows lookup found, by order and by event.
+type ledgerRows struct {
+	byOrder map[int64]Claim
+	byEvent map[uuid.UUID]Claim
+}
+
+// forEvent returns the row that decides ev: its event_id on another order
+// first (a forged or buggy event), else its order's row.
+func (l ledgerRows) forEvent(ev events.OrderConfirmed) (Claim, bool) {
+	if r, ok := l.byEvent[ev.EventID]; ok && r.OrderID != ev.OrderID {
+		return r, true
+	}
+	r, ok := l.byOrder[ev.OrderID]
+	return r, ok
+}
+
+// lookup reads the ledger rows that stopped the claims of evs[idx].
+func (s *Service) lookup(ctx context.Context, evs []events.OrderConfirmed, idx []int) (ledgerRows, error) {
+	orders, ids := make([]int64, len(idx)), make([]uuid.UUID, len(idx))
+	for k, i := range idx {
+		orders[k], ids[k] = evs[i].OrderID, evs[i].EventID
+	}
+	cctx, cancel := s.live(ctx)
+	defer cancel()
+	rows, err := s.db.Query(cctx, lookupSQL, orders, ids)
+	if err != nil {
+		return ledgerRows{}, classifyDB(fmt.Errorf("read the ledger: %w", err))
+	}
+	claims, err := pgx.CollectRows(rows, scanClaim)
+	if err != nil {
+		return ledgerRows{}, classifyDB(fmt.Errorf("read the ledger: %w", err))
+	}
+	l := ledgerRows{byOrder: map[int64]Claim{}, byEvent: map[uuid.UUID]Claim{}}
+	for _, c := range claims {
+		l.byOrder[c.OrderID], l.byEvent[c.EventID] = c, c
+	}
+	return l, nil
+}
+
+// scanClaim scans order_id, event_id, customer_id, amount::text, status,
+// claimed_at.
+func scanClaim(row pgx.CollectableRow) (Claim, error) {
+	var c Claim
+	var amount string
+	if err := row.Scan(&c.OrderID, &c.EventID, &c.CustomerID, &amount, &c.Status, &c.ClaimedAt); err != nil {
+		return Claim{}, err
+	}
+	a, err := money.ParseAmount(amount)
+	if err != nil {
+		return Claim{}, fmt.Errorf("ledger amount of order %d: %w", c.OrderID, err)
+	}
+	c.Amount = a
+	return c, nil
+}
+
+// settleRefused records, on its own, what a failed charge leaves in the
+// ledger: a definite refusal of a request made by the attempt that created
+// the claim deletes it (no money moved); a 422 blocks it for an operator.
+// Anything else leaves it pending. It is best effort: when it fails, the
+// claim stays pending, which is always safe.
+func (s *Service) settleRefused(ctx context.Context, release, block []events.OrderConfirmed, why map[uuid.UUID]string) {
+	run := func(sql string, evs []events.OrderConfirmed, args ...any) {
+		if len(evs) == 0 {
+			return
+		}
+		orders, ids := make([]int64, len(evs)), make([]uuid.UUID, len(evs))
+		for k, ev := range evs {
+			orders[k], ids[k] = ev.OrderID, ev.EventID
+		}
+		wctx, cancel := s.detached(ctx)
+		defer cancel()
+		if _, err := s.db.Exec(wctx, sql, append([]any{orders, ids}, args...)...); err != nil {
+			s.logger.Warn("claim left pending: settling it failed", "orders", orders, "err", err)
+		}
+	}
+	run(releaseSQL, release)
+	for _, ev := range block {
+		// One statement each: the reason is the event's own.
+		run(blockSQL, []events.OrderConfirmed{ev}, why[ev.EventID])
+		s.logger.Error("ledger claim blocked: an operator must decide", "order_id", ev.OrderID,
+			"event_id", ev.EventID, "reason", why[ev.EventID])
+	}
+}
+
+// isClassified reports whether err carries a fault.Kind already.
+func isClassified(err error) bool {
+	var e *fault.Error
+	return errors.As(err, &e)
+}
