@@ -87,7 +87,9 @@ func settle(ctx context.Context, t *testing.T, svc interface {
 // replace the real client.
 type chargerFunc func(context.Context, payment.Charge) (payment.Result, error)
 
-func (f chargerFunc) Charge(ctx context.Context, ch payment.Charge) (payment.Result, error) { return f(ctx, ch) }
+func (f chargerFunc) Charge(ctx context.Context, ch payment.Charge) (payment.Result, error) {
+	return f(ctx, ch)
+}
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
