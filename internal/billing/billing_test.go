@@ -31,6 +31,7 @@ var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 type env struct {
 	pool     *pgxpool.Pool
 	sim      *paysim.Sim
+	client   *payment.Client // to the simulator
 	svc      *billing.Service
 	declined map[int64]bool // orders the simulator declines, for Faults.Decline
 }
@@ -54,7 +55,7 @@ func newEnv(t *testing.T, token string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{pool: pool, sim: sim, svc: newService(t, pool, client), declined: map[int64]bool{}}
+	return &env{pool: pool, sim: sim, client: client, svc: newService(t, pool, client), declined: map[int64]bool{}}
 }
 
 func newService(t *testing.T, db billing.DB, c billing.Charger) *billing.Service {
