@@ -63,7 +63,7 @@ type config struct {
 
 	DedupRetention       time.Duration `split_words:"true" default:"168h" desc:"how long processed_event rows are kept; older day partitions are dropped"`
 	DedupPartitionsAhead int           `split_words:"true" default:"3" desc:"days of processed_event partitions created ahead of today (at least 2)"`
-	DedupLockTimeout     time.Duration `split_words:"true" default:"2s" desc:"how long a partition CREATE or DROP may wait for its table lock before the pass gives up"`
+	DedupLockTimeout     time.Duration `split_words:"true" default:"2s" desc:"how long each lock wait of a partition-maintenance pass may last (an ATTACH, a DETACH CONCURRENTLY waiting for older transactions); none of them holds up billing, and a detach cut short is finished by the next pass"`
 	RetentionInterval    time.Duration `split_words:"true" default:"1h" desc:"interval of the running consumer's partition maintenance"`
 
 	LogLevel string `split_words:"true" default:"info" desc:"debug, info, warn or error"`

@@ -65,6 +65,27 @@ func TestMigrateTwice(t *testing.T) {
 	}
 }
 
+// A fresh database has its processed_event partitions as soon as migrate
+// has run: the first events of a consumer started right after it find
+// their partition instead of falling back to the ledger alone.
+func TestMigrateCreatesPartitions(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	setEnv(t, map[string]string{"BILLING_DATABASE_URL": url, "BILLING_DEDUP_PARTITIONS_AHEAD": "4"})
+	before := time.Now()
+	logs, err := runCmd(t, "migrate")
+	if err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if len(logsWithMsg(logLines(t, logs), "dedup retention pass")) != 1 {
+		t.Errorf("migrate logged no maintenance pass:\n%s", logs)
+	}
+	got := partitions(t, url)
+	want := wantPartitions(before, 168*time.Hour, 4)
+	if !slices.Equal(got, want) && !slices.Equal(got, wantPartitions(time.Now(), 168*time.Hour, 4)) {
+		t.Errorf("partitions after migrate:\n got %v\nwant %v", got, want)
+	}
+}
+
 // partitions returns the names of processed_event's partitions, sorted.
 func partitions(t *testing.T, url string) []string {
 	t.Helper()
@@ -111,11 +132,12 @@ func TestRetention(t *testing.T) {
 		t.Errorf("error is not one line: %q", err)
 	}
 
+	// migrate makes a first pass with the default settings.
 	if _, err := runCmd(t, "migrate"); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	if got := partitions(t, url); len(got) != 0 {
-		t.Fatalf("partitions before retention: %v", got)
+	if got := partitions(t, url); len(got) == 0 {
+		t.Fatal("no partitions after migrate")
 	}
 
 	// A month of retention creates a month of partitions back, and the
