@@ -12,6 +12,19 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 )
 
+// budgetPolicy is the retry policy of these tests, on clock: at least 3
+// attempts and a 15-minute budget; an outage after outageAfter or
+// threshold distinct events.
+func budgetPolicy(clock *fakeClock, outageAfter time.Duration, threshold int) func(*Config) {
+	return func(c *Config) {
+		c.Now = clock.Now
+		c.MaxAttempts = 3
+		c.RetryBudget = 15 * time.Minute
+		c.OutageAfter = outageAfter
+		c.OutageThreshold = threshold
+	}
+}
+
 var errBusy = fault.New(fault.Busy, errors.New("order 1001 is claimed by another event, outcome unknown"))
 
 // TestRetryBudgetWhileOthersSucceed: an event the provider keeps failing
@@ -34,13 +47,7 @@ func TestRetryBudgetWhileOthersSucceed(t *testing.T) {
 		clock.Add(time.Minute)
 		return billing.Result{}, errTransient
 	}}
-	env = newEnv(t, biller, nil, func(c *Config) {
-		c.Now = clock.Now
-		c.MaxAttempts = 3
-		c.RetryBudget = 15 * time.Minute
-		c.OutageAfter = 5 * time.Minute
-		c.OutageThreshold = 2
-	})
+	env = newEnv(t, biller, nil, budgetPolicy(clock, 5*time.Minute, 2))
 	start := clock.Now()
 	if err := env.h.Handle(context.Background(), poison); err != nil {
 		t.Fatal(err)
@@ -79,13 +86,7 @@ func TestLoneFailingEventPausesInsteadOfExhausting(t *testing.T) {
 		clock.Add(10 * time.Second)
 		return billing.Result{}, errTransient
 	}}
-	env := newEnv(t, biller, nil, func(c *Config) {
-		c.Now = clock.Now
-		c.MaxAttempts = 3
-		c.RetryBudget = 15 * time.Minute
-		c.OutageAfter = time.Minute
-		c.OutageThreshold = 10
-	})
+	env := newEnv(t, biller, nil, budgetPolicy(clock, time.Minute, 10))
 	done := make(chan error, 1)
 	go func() { done <- env.h.Handle(context.Background(), msg) }()
 
@@ -144,13 +145,7 @@ func TestBusyWaitsWithoutSpendingOrStalling(t *testing.T) {
 		clock.Add(5 * time.Minute)
 		return billing.Result{}, errBusy
 	}}
-	env = newEnv(t, biller, nil, func(c *Config) {
-		c.Now = clock.Now
-		c.MaxAttempts = 3
-		c.RetryBudget = 15 * time.Minute
-		c.OutageAfter = time.Minute
-		c.OutageThreshold = 1
-	})
+	env = newEnv(t, biller, nil, budgetPolicy(clock, time.Minute, 1))
 	if err := env.h.Handle(context.Background(), msg); err != nil {
 		t.Fatal(err)
 	}
@@ -193,13 +188,7 @@ func TestBusyNeitherEndsNorExtendsAStreak(t *testing.T) {
 		clock.Add(20 * time.Second)
 		return billing.Result{}, errTransient
 	}}
-	env = newEnv(t, biller, nil, func(c *Config) {
-		c.Now = clock.Now
-		c.MaxAttempts = 3
-		c.RetryBudget = 15 * time.Minute
-		c.OutageAfter = time.Minute
-		c.OutageThreshold = 10
-	})
+	env = newEnv(t, biller, nil, budgetPolicy(clock, time.Minute, 10))
 	errs := make(chan error, 2)
 	go func() { errs <- env.h.Handle(context.Background(), busy) }()
 	go func() { errs <- env.h.Handle(context.Background(), failing) }()
