@@ -157,23 +157,19 @@ func TestMaintenanceNeverStallsInserts(t *testing.T) {
 	}
 }
 
-// TestMaintenanceFinishesInterruptedDetaches: a DETACH CONCURRENTLY that
-// ran out of lock_timeout while waiting for a billing transaction stays
-// pending, and a detach whose DROP never ran leaves a plain table: the next
-// pass finalizes the first and drops both.
-func TestMaintenanceFinishesInterruptedDetaches(t *testing.T) {
-	pool := pgtest.NewPool(t)
+// interruptDetach starts DETACH ... CONCURRENTLY of name while a billing
+// transaction is open, with a lock_timeout that runs out while the detach
+// waits for it: the detach stays pending, as when a pass's LockTimeout
+// runs out.
+func interruptDetach(t *testing.T, pool *pgxpool.Pool, name string, at time.Time) {
+	t.Helper()
 	ctx := context.Background()
-	c := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	m := newMaintainer(pool, c)
-	mustRunOnce(t, m)
-
 	held, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Rollback(ctx) //nolint:errcheck // committed below
-	if _, err := dedup.MarkProcessed(ctx, held, events.IDAt(c.Now()), group, c.Now()); err != nil {
+	if _, err := dedup.MarkProcessed(ctx, held, events.IDAt(at), group, at); err != nil {
 		t.Fatal(err)
 	}
 	admin, err := pool.Acquire(ctx)
@@ -184,25 +180,64 @@ func TestMaintenanceFinishesInterruptedDetaches(t *testing.T) {
 	if _, err := admin.Exec(ctx, "SET lock_timeout = '100ms'"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = admin.Exec(ctx, "ALTER TABLE processed_event DETACH PARTITION processed_event_p20261123 CONCURRENTLY")
+	_, err = admin.Exec(ctx, "ALTER TABLE processed_event DETACH PARTITION "+name+" CONCURRENTLY")
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
 		t.Fatalf("detach while a transaction is open = %v; want a lock timeout", err)
 	}
+	if _, err := admin.Exec(ctx, "RESET lock_timeout"); err != nil {
+		t.Fatal(err)
+	}
 	var pending bool
-	if err := pool.QueryRow(ctx, `SELECT inhdetachpending FROM pg_inherits
-		WHERE inhrelid = 'processed_event_p20261123'::regclass`).Scan(&pending); err != nil || !pending {
-		t.Fatalf("detach pending = %v, %v; want true", pending, err)
+	if err := pool.QueryRow(ctx, "SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = $1::regclass", name).Scan(&pending); err != nil || !pending {
+		t.Fatalf("detach of %s pending = %v, %v; want true", name, pending, err)
 	}
 	if err := held.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Exec(ctx, "ALTER TABLE processed_event DETACH PARTITION processed_event_p20261124"); err != nil {
+}
+
+// detach detaches name at once, leaving its table.
+func detach(t *testing.T, pool *pgxpool.Pool, name string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), "ALTER TABLE processed_event DETACH PARTITION "+name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMaintenanceFinishesInterruptedDetaches: a DETACH CONCURRENTLY that
+// ran out of lock_timeout stays pending, and a detach whose DROP never ran
+// leaves a plain table. While their days are retained, the next pass
+// attaches them again; once expired, it finalizes and drops them.
+func TestMaintenanceFinishesInterruptedDetaches(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	c := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	m := newMaintainer(pool, c)
+	mustRunOnce(t, m)
+	kept := events.IDAt(time.Date(2026, 11, 24, 6, 0, 0, 0, time.UTC))
+	if _, err := mark(t, pool, kept, c.Now()); err != nil {
 		t.Fatal(err)
 	}
 
-	c.Add(48 * time.Hour)
+	interruptDetach(t, pool, "processed_event_p20261123", c.Now())
+	detach(t, pool, "processed_event_p20261124")
 	pass := mustRunOnce(t, m)
+	if got := fmt.Sprint(pass.Created, pass.Dropped); got != "[processed_event_p20261123 processed_event_p20261124] []" {
+		t.Fatalf("retained days: created and dropped %s; want 23 and 24 Nov attached again", got)
+	}
+	if pass.Partitions != 11 {
+		t.Fatalf("%d partitions, want 11", pass.Partitions)
+	}
+	// The re-attached partition kept its rows: dedup still holds.
+	if fresh, err := mark(t, pool, kept, c.Now()); err != nil || fresh {
+		t.Fatalf("mark an event of a re-attached partition = %v, %v; want false, nil", fresh, err)
+	}
+
+	interruptDetach(t, pool, "processed_event_p20261123", c.Now())
+	detach(t, pool, "processed_event_p20261124")
+	c.Add(48 * time.Hour)
+	pass = mustRunOnce(t, m)
 	if got := fmt.Sprint(pass.Dropped); got != "[processed_event_p20261123 processed_event_p20261124]" {
 		t.Fatalf("dropped %s; want 23 and 24 Nov", got)
 	}

@@ -111,10 +111,11 @@ func (m *Maintainer) RunOnce(ctx context.Context) (Pass, error) {
 	horizon := now.Add(-m.Retention)
 	for d := PartitionFor(horizon).Day; !d.After(PartitionFor(now).Day.AddDate(0, 0, m.Ahead)); d = d.AddDate(0, 0, 1) {
 		p := Partition{Day: d}
-		if t, ok := tables[p]; ok && t.attached {
+		t := tables[p]
+		if t.attached && !t.detachPending {
 			continue
 		}
-		if err := create(ctx, conn, p); err != nil {
+		if err := create(ctx, conn, p, t); err != nil {
 			errs = append(errs, fmt.Errorf("create %s: %w", p.Name(), err))
 			continue
 		}
@@ -142,13 +143,20 @@ func (m *Maintainer) RunOnce(ctx context.Context) (Pass, error) {
 // create makes p a partition: a plain table with processed_event's columns
 // and a CHECK of p's bounds, so that ATTACH proves the partition constraint
 // from it instead of scanning the table, then attached. One transaction:
-// an interrupted pass leaves no unattached table behind, and a table left
-// by an older version of this code is simply attached.
+// an interrupted pass leaves no unattached table behind. A table of p's
+// name that is not attached (detached, and the retention lengthened before
+// it was dropped) is attached again with its rows; one whose detach is
+// pending is first finalized.
 //
 // The CHECK stays after the attach: dropping it would take ACCESS
 // EXCLUSIVE on a partition that may already take inserts, to save a range
 // comparison per row.
-func create(ctx context.Context, conn *pgxpool.Conn, p Partition) error {
+func create(ctx context.Context, conn *pgxpool.Conn, p Partition, t table) error {
+	if t.detachPending {
+		if _, err := conn.Exec(ctx, p.finalizeSQL()); err != nil {
+			return err
+		}
+	}
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, p.createSQL()); err != nil {
 			return err
