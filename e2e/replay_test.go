@@ -44,9 +44,11 @@ func TestReplayDuplicatesAreHarmless(t *testing.T) {
 	ctx := context.Background()
 
 	metricsAddr := kafkatest.FreePort(t)
-	// Outage detection off: this test wants the provider's failures to
-	// exhaust the events into the DLQ, as a poison provider would.
-	p := w.start(t, []string{"BILLING_MAX_ATTEMPTS=2", "BILLING_OUTAGE_THRESHOLD=0", "BILLING_HTTP_ADDR=" + metricsAddr}, "run")
+	// Outage detection and the retry budget off: this test wants the
+	// provider's failures to exhaust the events into the DLQ after two
+	// attempts, as a poison provider would.
+	p := w.start(t, []string{"BILLING_MAX_ATTEMPTS=2", "BILLING_RETRY_BUDGET=0", "BILLING_OUTAGE_THRESHOLD=0",
+		"BILLING_OUTAGE_AFTER=0", "BILLING_HTTP_ADDR=" + metricsAddr}, "run")
 	if err := harness.Produce(ctx, w.brokers, w.topic, healthy); err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ type config struct {
 	KafkaLagInterval      time.Duration `split_words:"true" default:"15s" desc:"interval of the consumer-lag query to the brokers"`
 	DrainTimeout          time.Duration `split_words:"true" default:"15s" desc:"how long in-flight events may finish after a rebalance or SIGTERM before they are abandoned (and redelivered); below the session timeout"`
 	ShutdownTimeout       time.Duration `split_words:"true" default:"30s" desc:"bound of the whole graceful shutdown; keep the pod's terminationGracePeriodSeconds above it"`
-	MaxAttempts           int           `split_words:"true" default:"8" desc:"attempts of an event failing transiently (5xx, 409, 429, timeout) before it is dead-lettered as exhausted"`
+	MaxAttempts           int           `split_words:"true" default:"8" desc:"least number of attempts of an event failing transiently (5xx, 409, 429, timeout) before it may be dead-lettered as exhausted; BILLING_RETRY_BUDGET must be spent too"`
 	RetryBackoff          time.Duration `split_words:"true" default:"200ms" desc:"first delay between attempts; doubles each attempt, with 20% jitter"`
 	RetryBackoffMax       time.Duration `split_words:"true" default:"10s" desc:"cap of the delay between attempts"`
 
@@ -65,11 +65,15 @@ type config struct {
 
 	OutageThreshold int `split_words:"true" default:"10" desc:"distinct events failing transiently in a row (no success between) that mean the provider or database is down: the service then pauses instead of dead-lettering; 0 disables"`
 
+	// Retry budget and outage detection by time (validated in validateRetryTime).
+	RetryBudget time.Duration `split_words:"true" default:"30m" desc:"how long the provider must have failed an event, while others succeed (time paused in an outage or waiting for another event's claim not counted), before it is dead-lettered as exhausted; 0: BILLING_MAX_ATTEMPTS alone decides. Must exceed BILLING_OUTAGE_AFTER"`
+	OutageAfter time.Duration `split_words:"true" default:"30s" desc:"how long transient failures may go on with no success at all before they mean the provider or database is down (however few events fail, e.g. at low traffic): the service then pauses instead of dead-lettering; 0 disables"`
+
 	HTTPAddr string `split_words:"true" default:":9090" desc:"listen address of /metrics, /healthz and /readyz"`
 
 	DedupRetention       time.Duration `split_words:"true" default:"168h" desc:"how long processed_event rows are kept; older day partitions are dropped"`
 	DedupPartitionsAhead int           `split_words:"true" default:"3" desc:"days of processed_event partitions created ahead of today (at least 2)"`
-	DedupLockTimeout     time.Duration `split_words:"true" default:"2s" desc:"how long a partition CREATE or DROP may wait for its table lock before the pass gives up"`
+	DedupLockTimeout     time.Duration `split_words:"true" default:"2s" desc:"how long each lock wait of a partition-maintenance pass may last (an ATTACH, a DETACH CONCURRENTLY waiting for older transactions); none of them holds up billing, and a detach cut short is finished by the next pass"`
 	RetentionInterval    time.Duration `split_words:"true" default:"1h" desc:"interval of the running consumer's partition maintenance"`
 
 	LogLevel string `split_words:"true" default:"info" desc:"debug, info, warn or error"`
@@ -253,6 +257,9 @@ func (c config) validate(n need) error {
 		if c.OutageThreshold < 0 || c.OutageThreshold > 10000 {
 			return v("OUTAGE_THRESHOLD", "must be between 0 and 10000, got %d", c.OutageThreshold)
 		}
+		if err := c.validateRetryTime(); err != nil {
+			return err
+		}
 		if c.RetryBackoff <= 0 {
 			return v("RETRY_BACKOFF", "must be positive, got %s", c.RetryBackoff)
 		}
@@ -272,6 +279,24 @@ func (c config) validate(n need) error {
 		if c.dlqReplayGroup() == c.KafkaGroupID {
 			return v("DLQ_REPLAY_GROUP_ID", "must differ from BILLING_KAFKA_GROUP_ID")
 		}
+	}
+	return nil
+}
+
+// validateRetryTime checks BILLING_RETRY_BUDGET and BILLING_OUTAGE_AFTER.
+// The budget must outlast the outage detection: an event failing alone at
+// low traffic must be seen as an outage, and pause, before it can be
+// exhausted.
+func (c config) validateRetryTime() error {
+	if c.RetryBudget < 0 || c.RetryBudget > 24*time.Hour {
+		return fmt.Errorf("%s_RETRY_BUDGET: must be between 0s and 24h, got %s", envPrefix, c.RetryBudget)
+	}
+	if c.OutageAfter < 0 || c.OutageAfter > time.Hour {
+		return fmt.Errorf("%s_OUTAGE_AFTER: must be between 0s and 1h, got %s", envPrefix, c.OutageAfter)
+	}
+	if c.RetryBudget > 0 && c.OutageAfter > 0 && c.RetryBudget <= c.OutageAfter {
+		return fmt.Errorf("%s_RETRY_BUDGET: must exceed BILLING_OUTAGE_AFTER (%s), or an event failing alone is exhausted before the outage is seen, got %s",
+			envPrefix, c.OutageAfter, c.RetryBudget)
 	}
 	return nil
 }

@@ -36,7 +36,8 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	// Safe defaults the rest of the code relies on.
 	if cfg.DrainTimeout >= cfg.KafkaSessionTimeout || cfg.ShutdownTimeout <= cfg.DrainTimeout ||
-		cfg.MaxAttempts < 1 || cfg.RetryBackoff <= 0 || cfg.RetryBackoffMax < cfg.RetryBackoff {
+		cfg.MaxAttempts < 1 || cfg.RetryBackoff <= 0 || cfg.RetryBackoffMax < cfg.RetryBackoff ||
+		cfg.OutageAfter <= 0 || cfg.RetryBudget <= cfg.OutageAfter {
 		t.Errorf("unsafe defaults: %+v", cfg)
 	}
 }
@@ -53,6 +54,8 @@ func TestValidConfigs(t *testing.T) {
 		{"retention exactly 24h", map[string]string{"BILLING_DEDUP_RETENTION": "24h"}},
 		{"commit interval", map[string]string{"BILLING_KAFKA_COMMIT_INTERVAL": "1s"}},
 		{"debug logs", map[string]string{"BILLING_LOG_LEVEL": "debug"}},
+		{"attempts alone decide", map[string]string{"BILLING_RETRY_BUDGET": "0s"}},
+		{"no outage detection by time", map[string]string{"BILLING_OUTAGE_AFTER": "0s", "BILLING_RETRY_BUDGET": "10s"}},
 		{"short timeouts", map[string]string{"BILLING_KAFKA_SESSION_TIMEOUT": "6s", "BILLING_KAFKA_REBALANCE_TIMEOUT": "10s",
 			"BILLING_DRAIN_TIMEOUT": "2s", "BILLING_SHUTDOWN_TIMEOUT": "5s"}},
 	}
@@ -124,6 +127,13 @@ func TestConfigErrors(t *testing.T) {
 		{"attempts not a number", map[string]string{"BILLING_MAX_ATTEMPTS": "eight"}, "BILLING_MAX_ATTEMPTS"},
 		{"backoff zero", map[string]string{"BILLING_RETRY_BACKOFF": "0s"}, "BILLING_RETRY_BACKOFF"},
 		{"backoff max below backoff", map[string]string{"BILLING_RETRY_BACKOFF": "2s", "BILLING_RETRY_BACKOFF_MAX": "1s"}, "BILLING_RETRY_BACKOFF_MAX"},
+		// Retry budget and outage detection by time.
+		{"retry budget negative", map[string]string{"BILLING_RETRY_BUDGET": "-1m"}, "BILLING_RETRY_BUDGET"},
+		{"retry budget above a day", map[string]string{"BILLING_RETRY_BUDGET": "25h"}, "BILLING_RETRY_BUDGET"},
+		{"retry budget not a duration", map[string]string{"BILLING_RETRY_BUDGET": "30"}, "BILLING_RETRY_BUDGET"},
+		{"retry budget not above outage time", map[string]string{"BILLING_RETRY_BUDGET": "1m", "BILLING_OUTAGE_AFTER": "1m"}, "BILLING_RETRY_BUDGET"},
+		{"outage time negative", map[string]string{"BILLING_OUTAGE_AFTER": "-1s"}, "BILLING_OUTAGE_AFTER"},
+		{"outage time above an hour", map[string]string{"BILLING_OUTAGE_AFTER": "2h", "BILLING_RETRY_BUDGET": "3h"}, "BILLING_OUTAGE_AFTER"},
 
 		{"retention below 24h", map[string]string{"BILLING_DEDUP_RETENTION": "23h59m"}, "BILLING_DEDUP_RETENTION"},
 		{"retention in days", map[string]string{"BILLING_DEDUP_RETENTION": "7d"}, "BILLING_DEDUP_RETENTION"},

@@ -65,6 +65,23 @@ func TestMigrateTwice(t *testing.T) {
 	}
 }
 
+// A fresh database has its processed_event partitions as soon as migrate
+// has run: the first events of a consumer started right after it find
+// their partition instead of falling back to the ledger alone.
+func TestMigrateCreatesPartitions(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	setEnv(t, map[string]string{"BILLING_DATABASE_URL": url, "BILLING_DEDUP_PARTITIONS_AHEAD": "4"})
+	before := time.Now()
+	logs, err := runCmd(t, "migrate")
+	if err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if len(logsWithMsg(logLines(t, logs), "dedup retention pass")) != 1 {
+		t.Errorf("migrate logged no maintenance pass:\n%s", logs)
+	}
+	checkPartitions(t, "after migrate", url, before, 168*time.Hour, 4)
+}
+
 // partitions returns the names of processed_event's partitions, sorted.
 func partitions(t *testing.T, url string) []string {
 	t.Helper()
@@ -100,6 +117,18 @@ func wantPartitions(now time.Time, retention time.Duration, ahead int) []string 
 	return names
 }
 
+// checkPartitions checks that url's database has the partitions of a pass
+// made between before and now with retention and ahead, and returns them.
+func checkPartitions(t *testing.T, when, url string, before time.Time, retention time.Duration, ahead int) []string {
+	t.Helper()
+	got := partitions(t, url)
+	want := wantPartitions(before, retention, ahead)
+	if !slices.Equal(got, want) && !slices.Equal(got, wantPartitions(time.Now(), retention, ahead)) {
+		t.Errorf("partitions %s:\n got %v\nwant %v", when, got, want)
+	}
+	return got
+}
+
 func TestRetention(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	setEnv(t, map[string]string{"BILLING_DATABASE_URL": url})
@@ -111,11 +140,12 @@ func TestRetention(t *testing.T) {
 		t.Errorf("error is not one line: %q", err)
 	}
 
+	// migrate makes a first pass with the default settings.
 	if _, err := runCmd(t, "migrate"); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	if got := partitions(t, url); len(got) != 0 {
-		t.Fatalf("partitions before retention: %v", got)
+	if got := partitions(t, url); len(got) == 0 {
+		t.Fatal("no partitions after migrate")
 	}
 
 	// A month of retention creates a month of partitions back, and the
@@ -130,11 +160,7 @@ func TestRetention(t *testing.T) {
 	if len(logsWithMsg(logLines(t, logs), "dedup retention pass")) != 1 {
 		t.Errorf("no retention pass logged:\n%s", logs)
 	}
-	got := partitions(t, url)
-	want := wantPartitions(before, 720*time.Hour, 4)
-	if !slices.Equal(got, want) && !slices.Equal(got, wantPartitions(time.Now(), 720*time.Hour, 4)) {
-		t.Errorf("partitions after the first pass:\n got %v\nwant %v", got, want)
-	}
+	got := checkPartitions(t, "after the first pass", url, before, 720*time.Hour, 4)
 
 	// A second pass with the same settings changes nothing.
 	if _, err := runCmd(t, "retention"); err != nil {
@@ -150,11 +176,7 @@ func TestRetention(t *testing.T) {
 	if _, err := runCmd(t, "retention"); err != nil {
 		t.Fatalf("retention 48h: %v", err)
 	}
-	got = partitions(t, url)
-	want = wantPartitions(before, 48*time.Hour, 4)
-	if !slices.Equal(got, want) && !slices.Equal(got, wantPartitions(time.Now(), 48*time.Hour, 4)) {
-		t.Errorf("partitions after retention 48h:\n got %v\nwant %v", got, want)
-	}
+	checkPartitions(t, "after retention 48h", url, before, 48*time.Hour, 4)
 }
 
 // With a reachable database, run gets as far as the payment client: a token

@@ -70,9 +70,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "migrate":
 		return withDB(ctx, args, "migrate", stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
 			n, err := migrations.Up(ctx, pool, logger)
-			if err == nil {
-				logger.Info("migrations up to date", "applied", n)
+			if err != nil {
+				return err
 			}
+			logger.Info("migrations up to date", "applied", n)
+			// A fresh database gets its processed_event partitions now, before
+			// any consumer starts: an event outside every partition is
+			// decided by the ledger alone (SPEC §6).
+			_, err = maintainer(cfg, pool, logger).RunOnce(ctx)
 			return err
 		})
 	case "retention":
@@ -162,7 +167,7 @@ func help(w io.Writer) error {
 
 Usage:
   billing-consumer [run]                          consume until SIGTERM/SIGINT, then shut down gracefully
-  billing-consumer migrate                        apply the embedded database migrations and exit
+  billing-consumer migrate                        apply the embedded database migrations, create the dedup partitions, exit
   billing-consumer retention                      one pass of dedup partition maintenance and exit
   billing-consumer dlq replay [--max N] [--dry-run] [--reason R]
                                                   republish dead-lettered records (R: invalid, permanent, conflict

@@ -133,6 +133,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Now:             time.Now,
 		MaxAttempts:     cfg.MaxAttempts,
 		OutageThreshold: cfg.OutageThreshold,
+		RetryBudget:     cfg.RetryBudget,
+		OutageAfter:     cfg.OutageAfter,
 		BackoffBase:     cfg.RetryBackoff,
 		BackoffMax:      cfg.RetryBackoffMax,
 		Tracer:          tracer,

@@ -66,7 +66,24 @@ func parseName(name string) (Partition, bool) {
 	return Partition{Day: d.UTC()}, true
 }
 
+// createSQL creates p's table, not yet a partition: processed_event's
+// columns, defaults and NOT NULLs (the primary key index is created by the
+// attach), and a CHECK of p's bounds.
 func (p Partition) createSQL() string {
-	return fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')",
-		p.Name(), parent, p.Lower(), p.Upper())
+	return fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS, "+
+		"CONSTRAINT %s_bounds CHECK (event_id >= '%s' AND event_id < '%s'))",
+		p.Name(), parent, p.Name(), p.Lower(), p.Upper())
+}
+
+func (p Partition) attachSQL() string {
+	return fmt.Sprintf("ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')",
+		parent, p.Name(), p.Lower(), p.Upper())
+}
+
+func (p Partition) detachSQL() string {
+	return fmt.Sprintf("ALTER TABLE %s DETACH PARTITION %s CONCURRENTLY", parent, p.Name())
+}
+
+func (p Partition) finalizeSQL() string {
+	return fmt.Sprintf("ALTER TABLE %s DETACH PARTITION %s FINALIZE", parent, p.Name())
 }

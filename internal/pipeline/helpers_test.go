@@ -235,3 +235,27 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// fakeClock is a Config.Now that moves only when a test says so. It starts
+// at the real time, so that the events of validRecord are not in its
+// future.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Now()} }
+
+func (c *fakeClock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d) }
+
+// callsOf counts the biller's calls for the event id.
+func callsOf(b *fakeBiller, id uuid.UUID) int {
+	n := 0
+	for _, ev := range b.calls() {
+		if ev.EventID == id {
+			n++
+		}
+	}
+	return n
+}

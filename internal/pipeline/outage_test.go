@@ -6,7 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/events"
@@ -18,7 +19,7 @@ import (
 // spending attempts: no event reaches the DLQ, and all are charged when the
 // provider comes back. The handler reports itself stalled meanwhile.
 func TestOutageIsNotPoison(t *testing.T) {
-	const n = 6
+	const n, maxAttempts = 6, 2
 	var down atomic.Bool
 	down.Store(true)
 	var firstCalls sync.WaitGroup
@@ -38,15 +39,26 @@ func TestOutageIsNotPoison(t *testing.T) {
 	}}
 	env := newEnv(t, biller, nil, func(c *Config) {
 		c.OutageThreshold = 3
-		c.MaxAttempts = 2
+		c.MaxAttempts = maxAttempts
 	})
 	errs := make(chan error, n)
-	for range n {
-		msg, _ := validRecord(t)
+	ids := make([]uuid.UUID, n)
+	for i := range n {
+		msg, id := validRecord(t)
+		ids[i] = id
 		go func() { errs <- env.h.Handle(context.Background(), msg) }()
 	}
 	waitFor(t, "the handler to report the outage", env.h.Stalled)
-	time.Sleep(50 * time.Millisecond) // many attempts' worth of backoff during the outage
+	// Every event tried well past MaxAttempts during the outage, none
+	// dead-lettered: the retries spent nothing.
+	waitFor(t, "every event to be tried 5 times more than MaxAttempts", func() bool {
+		for _, id := range ids {
+			if callsOf(biller, id) < maxAttempts+5 {
+				return false
+			}
+		}
+		return true
+	})
 	down.Store(false)
 	for range n {
 		if err := <-errs; err != nil {

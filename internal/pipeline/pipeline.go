@@ -8,13 +8,20 @@
 //	Invalid                → DLQ "invalid", no retry
 //	Permanent, Conflict    → DLQ "permanent" / "conflict", no retry
 //	Transient              → retry with capped exponential backoff and
-//	                         jitter, then DLQ "exhausted"
+//	                         jitter; DLQ "exhausted" once the event has
+//	                         failed for RetryBudget (and MaxAttempts times)
 //	Systemic               → retry without limit, marked unready: a
 //	                         database outage or rejected credentials must
 //	                         not send healthy events to the DLQ
+//	Busy                   → another event holds the order's claim, its
+//	                         outcome unknown: wait with backoff, without
+//	                         limit, spending nothing, still ready
 //
-// Transient failures of OutageThreshold distinct events in a row, with no
-// success between them, are an outage and are treated as Systemic too.
+// A streak of transient failures with no success anywhere in the handler
+// is an outage, treated as Systemic, once OutageThreshold distinct events
+// are in it or it has lasted OutageAfter. So an event exhausts its budget
+// only while other events succeed: the fault is then the event's, not the
+// provider's.
 //
 // Every retry bills the same event again, so the payment call carries the
 // same Idempotency-Key and body.
@@ -25,7 +32,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,16 +70,30 @@ type Config struct {
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 	Now     func() time.Time
-	// MaxAttempts is how many times a transiently failing event is tried
-	// before it is dead-lettered as "exhausted".
+	// MaxAttempts is the least number of transient failures of an event
+	// before it may be dead-lettered as "exhausted". With a RetryBudget of
+	// minutes the budget decides; MaxAttempts only keeps a short budget
+	// from exhausting an event after one or two tries.
 	MaxAttempts int
+	// RetryBudget is how long the provider must have failed an event
+	// before it is dead-lettered as "exhausted": the time from its first
+	// transient failure, leaving out the time it spent paused in an outage
+	// or waiting for another event's claim (fault.Busy). Zero lets
+	// MaxAttempts alone decide. Keep it above OutageAfter, or an event
+	// failing alone at low traffic is exhausted before the outage is seen.
+	RetryBudget time.Duration
 	// OutageThreshold is how many distinct events must fail transiently in
 	// a row, with no success in between, before the failures are taken as
 	// an outage of a dependency (the provider unreachable or answering 5xx
 	// to everything): from then on transient failures wait like systemic
-	// ones, spending no attempts, instead of draining healthy events into
-	// the DLQ. Zero disables the detection.
+	// ones, spending neither attempts nor budget, instead of draining
+	// healthy events into the DLQ. Zero disables this count.
 	OutageThreshold int
+	// OutageAfter is how long a streak of transient failures with no
+	// success anywhere may last before it is an outage, however few events
+	// it holds: at low traffic one event failing for a minute is more
+	// likely the provider's fault than the event's. Zero disables it.
+	OutageAfter time.Duration
 	// BackoffBase and BackoffMax shape the delay between attempts:
 	// exponential from BackoffBase, capped at BackoffMax, ±20% jitter.
 	BackoffBase, BackoffMax time.Duration
@@ -91,11 +111,7 @@ type Handler struct {
 	cfg Config
 	// stalled counts handlers waiting out a systemic failure.
 	stalled atomic.Int64
-	// failing holds the events that failed transiently since the last
-	// success; failingN mirrors its size for a lock-free check.
-	mu       sync.Mutex
-	failing  map[uuid.UUID]struct{}
-	failingN atomic.Int64
+	streak  streak
 }
 
 // New returns a Handler.
@@ -103,8 +119,10 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Biller == nil || cfg.DLQ == nil || cfg.Metrics == nil || cfg.Logger == nil || cfg.Now == nil {
 		return nil, errors.New("pipeline: biller, dlq, metrics, logger and clock are required")
 	}
-	if cfg.MaxAttempts < 1 || cfg.BackoffBase <= 0 || cfg.BackoffMax < cfg.BackoffBase {
-		return nil, fmt.Errorf("pipeline: invalid retry policy: %d attempts, backoff %v..%v", cfg.MaxAttempts, cfg.BackoffBase, cfg.BackoffMax)
+	if cfg.MaxAttempts < 1 || cfg.RetryBudget < 0 || cfg.OutageAfter < 0 || cfg.OutageThreshold < 0 ||
+		cfg.BackoffBase <= 0 || cfg.BackoffMax < cfg.BackoffBase {
+		return nil, fmt.Errorf("pipeline: invalid retry policy: %d attempts, budget %v, outage after %d events or %v, backoff %v..%v",
+			cfg.MaxAttempts, cfg.RetryBudget, cfg.OutageThreshold, cfg.OutageAfter, cfg.BackoffBase, cfg.BackoffMax)
 	}
 	if cfg.Tracer == nil {
 		cfg.Tracer = noop.NewTracerProvider().Tracer(tracing.ScopeName)
@@ -112,7 +130,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Propagator == nil {
 		cfg.Propagator = tracing.Propagator()
 	}
-	return &Handler{cfg: cfg, failing: map[uuid.UUID]struct{}{}}, nil
+	return &Handler{cfg: cfg, streak: streak{failing: map[uuid.UUID]struct{}{}}}, nil
 }
 
 // Stalled reports whether some event is waiting out a systemic failure
@@ -142,35 +160,40 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 		return h.deadLetter(ctx, msg, nil, dlq.Invalid, err, 1)
 	}
 	spanEvent(ctx, ev)
-	// Transient retries and systemic waits back off separately: a long
-	// outage must not leave the event's next transient retry at the cap.
-	transient, systemic := h.backoff(), h.backoff()
-	// The event counts as stalled from its first systemic failure until it
-	// has any other outcome, attempts in between included, so /readyz does
-	// not flicker to ready while the failing call is under way.
-	stalled := false
+	// Transient retries, systemic pauses and busy waits back off
+	// separately: a long outage must not leave the event's next transient
+	// retry at the cap.
+	w := &waits{transient: h.backoff(), systemic: h.backoff(), busy: h.backoff()}
 	defer func() {
-		if stalled {
+		if w.stalled {
 			h.stalled.Add(-1)
 		}
 	}()
-	for attempt := 1; ; attempt++ {
+	var b budget
+	for {
 		res, err := h.cfg.Biller.Process(ctx, ev)
 		kind := fault.KindOf(err)
-		if err != nil && kind == fault.Transient && ctx.Err() == nil && h.outage(ev) {
-			kind = fault.Systemic
-			err = fmt.Errorf("dependency outage (%d events failing in a row): %w", h.failingN.Load(), err)
-		} else if err == nil || kind != fault.Transient {
+		now := h.cfg.Now()
+		if err != nil && kind == fault.Transient && ctx.Err() == nil {
+			if outage := h.outage(ev, now); outage != "" {
+				kind = fault.Systemic
+				err = fmt.Errorf("dependency outage (%s): %w", outage, err)
+			}
+		} else if answered(err, kind) {
 			h.recovered()
 		}
-		if stalled && kind != fault.Systemic {
-			stalled = false
+		// The event counts as stalled from its first systemic failure until
+		// it has any other outcome, attempts in between included, so
+		// /readyz does not flicker to ready while the failing call is under
+		// way.
+		if w.stalled && kind != fault.Systemic {
+			w.stalled = false
 			h.stalled.Add(-1)
-			systemic = h.backoff()
+			w.systemic = h.backoff()
 			h.cfg.Logger.Info("systemic failure over, event resumed", "event_id", ev.EventID)
 		}
 		if err == nil {
-			spanOutcome(ctx, string(res.Outcome), attempt)
+			spanOutcome(ctx, string(res.Outcome), b.attempts+1)
 			h.cfg.Metrics.Events.WithLabelValues(string(res.Outcome)).Inc()
 			if res.DedupBypassed {
 				h.cfg.Metrics.DedupBypassed.Inc()
@@ -182,62 +205,63 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 		}
 		switch kind {
 		case fault.Invalid:
-			return h.deadLetter(ctx, msg, &ev, dlq.Invalid, err, attempt)
+			return h.deadLetter(ctx, msg, &ev, dlq.Invalid, err, b.attempts+1)
 		case fault.Permanent:
-			return h.deadLetter(ctx, msg, &ev, dlq.Permanent, err, attempt)
+			return h.deadLetter(ctx, msg, &ev, dlq.Permanent, err, b.attempts+1)
 		case fault.Conflict:
-			return h.deadLetter(ctx, msg, &ev, dlq.Conflict, err, attempt)
-		case fault.Systemic:
-			// Not the event's fault: wait it out, however long, without
-			// spending the event's attempts.
-			attempt--
-			if !stalled {
-				stalled = true
-				h.stalled.Add(1)
-			}
-			h.cfg.Metrics.Retries.WithLabelValues(fault.Systemic.String()).Inc()
-			spanRetry(ctx, fault.Systemic)
-			h.cfg.Logger.Error("systemic failure, pausing this event", "event_id", ev.EventID, "err", err)
-			if err := sleep(ctx, systemic); err != nil {
+			return h.deadLetter(ctx, msg, &ev, dlq.Conflict, err, b.attempts+1)
+		case fault.Systemic, fault.Busy:
+			// Not the event's fault: wait it out, however long, spending
+			// neither attempts nor budget.
+			b.pause()
+			if err := h.wait(ctx, ev, kind, err, w); err != nil {
 				return err
 			}
 			continue
 		}
-		if attempt >= h.cfg.MaxAttempts {
-			return h.deadLetter(ctx, msg, &ev, dlq.Exhausted, err, attempt)
+		b.fail(now)
+		if b.attempts >= h.cfg.MaxAttempts && b.spent >= h.cfg.RetryBudget {
+			return h.deadLetter(ctx, msg, &ev, dlq.Exhausted, err, b.attempts)
 		}
 		h.cfg.Metrics.Retries.WithLabelValues(kind.String()).Inc()
 		spanRetry(ctx, kind)
 		h.cfg.Logger.Warn("event failed, retrying", "event_id", ev.EventID, "order_id", ev.OrderID,
-			"attempt", attempt, "err", err)
-		if err := sleep(ctx, transient); err != nil {
+			"attempt", b.attempts, "failing_for", b.spent, "err", err)
+		if err := sleep(ctx, w.transient); err != nil {
 			return err
 		}
 	}
 }
 
-// outage records ev's transient failure and reports whether enough
-// distinct events have failed in a row to call it an outage.
-func (h *Handler) outage(ev events.OrderConfirmed) bool {
-	if h.cfg.OutageThreshold <= 0 {
-		return false
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.failing[ev.EventID] = struct{}{}
-	h.failingN.Store(int64(len(h.failing)))
-	return len(h.failing) >= h.cfg.OutageThreshold
+// waits is one event's backoffs and whether it counts as stalled.
+type waits struct {
+	transient, systemic, busy retry.Backoff
+	stalled                   bool
 }
 
-// recovered ends a failure streak: something got an answer.
-func (h *Handler) recovered() {
-	if h.failingN.Load() == 0 {
-		return
+// wait sleeps out a systemic failure (marking the event stalled, so the
+// service is unready) or a busy order (the event stays ready: the
+// service is healthy, one order is waiting for its claim to settle).
+func (h *Handler) wait(ctx context.Context, ev events.OrderConfirmed, kind fault.Kind, err error, w *waits) error {
+	h.cfg.Metrics.Retries.WithLabelValues(kind.String()).Inc()
+	spanRetry(ctx, kind)
+	if kind == fault.Busy {
+		h.cfg.Logger.Info("order claimed by another event, waiting", "event_id", ev.EventID, "order_id", ev.OrderID, "err", err)
+		return sleep(ctx, w.busy)
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	clear(h.failing)
-	h.failingN.Store(0)
+	if !w.stalled {
+		w.stalled = true
+		h.stalled.Add(1)
+	}
+	h.cfg.Logger.Error("systemic failure, pausing this event", "event_id", ev.EventID, "err", err)
+	return sleep(ctx, w.systemic)
+}
+
+// answered reports whether err (of kind) is a definite answer of the
+// billing path's dependencies: a success, or a refusal that is the
+// event's own. It ends a failure streak; systemic and busy answers do not.
+func answered(err error, kind fault.Kind) bool {
+	return err == nil || kind == fault.Invalid || kind == fault.Permanent || kind == fault.Conflict
 }
 
 // deadLetter writes msg to the DLQ, retrying until it is acknowledged or

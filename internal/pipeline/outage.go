@@ -1,0 +1,80 @@
+package pipeline
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/billing-consumer/billing-consumer/internal/events"
+)
+
+// streak is the run of transient failures since the handler's last
+// success: the events in it and when it began.
+type streak struct {
+	mu      sync.Mutex
+	failing map[uuid.UUID]struct{}
+	since   time.Time
+	// n mirrors len(failing), so that a success need not take mu when
+	// there is no streak to end.
+	n atomic.Int64
+}
+
+// outage records ev's transient failure at now and, when the streak it
+// extends is an outage (OutageThreshold distinct events, or OutageAfter
+// long), says why; otherwise it returns "".
+func (h *Handler) outage(ev events.OrderConfirmed, now time.Time) string {
+	if h.cfg.OutageThreshold <= 0 && h.cfg.OutageAfter <= 0 {
+		return ""
+	}
+	s := &h.streak
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.failing) == 0 {
+		s.since = now
+	}
+	s.failing[ev.EventID] = struct{}{}
+	s.n.Store(int64(len(s.failing)))
+	n, d := len(s.failing), now.Sub(s.since)
+	if (h.cfg.OutageThreshold > 0 && n >= h.cfg.OutageThreshold) || (h.cfg.OutageAfter > 0 && d >= h.cfg.OutageAfter) {
+		return fmt.Sprintf("%d events failing, no success for %s", n, d)
+	}
+	return ""
+}
+
+// recovered ends a failure streak: something got an answer.
+func (h *Handler) recovered() {
+	s := &h.streak
+	if s.n.Load() == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.failing)
+	s.n.Store(0)
+	s.since = time.Time{}
+}
+
+// budget is what one event has spent of its retries: the transient
+// failures counted against it and for how long it has been failing.
+type budget struct {
+	attempts int
+	spent    time.Duration
+	// last is the previous counted failure; zero after a pause, so the
+	// time paused is not spent.
+	last time.Time
+}
+
+// fail counts a transient failure at now.
+func (b *budget) fail(now time.Time) {
+	if !b.last.IsZero() {
+		b.spent += now.Sub(b.last)
+	}
+	b.last = now
+	b.attempts++
+}
+
+// pause stops the clock of the budget until the next counted failure.
+func (b *budget) pause() { b.last = time.Time{} }
