@@ -126,6 +126,7 @@ func TestSilentConnectionFailsWithinTheDeadline(t *testing.T) {
 		}
 		t.Logf("failed as it must: %v", err)
 	case <-time.After(30 * time.Second): // a hang detector, not a timing assertion
+		proxy.cut() // so that the pool can close
 		t.Fatal("Process still hangs on the silent connection after 30 s (DBTimeout 1 s)")
 	}
 	if st := e.status(t, 8004); st != "pending" {
@@ -159,7 +160,15 @@ func newFreezingProxy(t *testing.T, target string) *freezingProxy {
 	}
 	p := &freezingProxy{addr: ln.Addr().String(), frozen: make(chan struct{})}
 	closed := make(chan struct{})
-	p.cut = sync.OnceFunc(func() { close(closed) })
+	var open []net.Conn
+	p.cut = sync.OnceFunc(func() {
+		close(closed)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range open {
+			_ = c.Close()
+		}
+	})
 	var conns sync.WaitGroup
 	t.Cleanup(func() { _ = ln.Close(); p.freeze(); p.cut(); conns.Wait() })
 	go func() {
@@ -173,6 +182,9 @@ func newFreezingProxy(t *testing.T, target string) *freezingProxy {
 				_ = c.Close()
 				continue
 			}
+			p.mu.Lock()
+			open = append(open, c, s)
+			p.mu.Unlock()
 			conns.Add(2)
 			pipe := func(dst, src net.Conn) {
 				defer conns.Done()

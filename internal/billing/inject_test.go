@@ -208,6 +208,7 @@ func (t faultTx) Commit(ctx context.Context) error {
 	_, before, after := t.in.begin("commit")
 	if before {
 		killConn(t.Tx)
+		_ = t.Tx.Commit(ctx) // fails on the dead connection, and gives it back to the pool
 		return errInjected
 	}
 	err := t.Tx.Commit(ctx)
