@@ -68,6 +68,9 @@ CONF
 		{ tail -n 30 "$PG_DIR/server.log" >&2; die "postgres did not start"; }
 	psql_admin -c "SELECT 1 FROM pg_roles WHERE rolname='billing'" | grep -q 1 ||
 		psql_admin -c "CREATE ROLE billing LOGIN CREATEDB PASSWORD 'billing'"
+	# Tests drop their databases WITH (FORCE), which must also stop an
+	# autovacuum worker found there.
+	psql_admin -c "GRANT pg_signal_backend TO billing" >/dev/null
 	psql_admin -c "SELECT 1 FROM pg_database WHERE datname='billing'" | grep -q 1 ||
 		psql_admin -c "CREATE DATABASE billing OWNER billing"
 	echo "$URL"

@@ -75,8 +75,19 @@ func NewDatabaseOn(t testing.TB, admin string) string {
 			return
 		}
 		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
+		// FORCE terminates the sessions left on the database; an autovacuum
+		// worker there runs as no role, and terminating it needs
+		// pg_signal_backend (scripts/pg.sh grants it), so a few tries.
+		for try := 1; ; try++ {
+			_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			if err == nil {
+				return
+			}
+			if try == 5 {
+				t.Errorf("drop database %s: %v", name, err)
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 	})
 	u, err := url.Parse(admin)
