@@ -28,12 +28,18 @@ ALTER TABLE charge ADD CONSTRAINT charge_status_check
 ALTER TABLE charge ADD COLUMN claimed_at timestamptz NOT NULL DEFAULT now();
 ALTER TABLE charge ADD COLUMN settle_attempts integer NOT NULL DEFAULT 0;
 ALTER TABLE charge ADD COLUMN last_error text;
+-- claim_token identifies the attempt that created the claim: one
+-- delivery's processing, its retries included (internal/billing
+-- WithAttempt). A redelivery, the completer or reconcile is another
+-- attempt, so a refusal it gets cannot release the claim.
+ALTER TABLE charge ADD COLUMN claim_token uuid;
 
 -- The completer and the ledger gauges read only the unsettled rows.
 CREATE INDEX charge_unsettled ON charge (claimed_at) WHERE status <> 'charged';
 
 -- +goose Down
 DROP INDEX charge_unsettled;
+ALTER TABLE charge DROP COLUMN claim_token;
 ALTER TABLE charge DROP COLUMN last_error;
 ALTER TABLE charge DROP COLUMN settle_attempts;
 ALTER TABLE charge DROP COLUMN claimed_at;

@@ -119,11 +119,11 @@ func (b *Batcher) loop() {
 func (b *Batcher) run(batch []request) {
 	ctx, cancel := allDone(batch)
 	defer cancel()
-	evs := make([]events.OrderConfirmed, len(batch))
+	evs, attempts := make([]events.OrderConfirmed, len(batch)), make([]uuid.UUID, len(batch))
 	for i, r := range batch {
-		evs[i] = r.ev
+		evs[i], attempts[i] = r.ev, attemptOf(r.ctx)
 	}
-	for i, r := range b.svc.processAll(ctx, evs) {
+	for i, r := range b.svc.processAll(ctx, evs, attempts) {
 		batch[i].done <- r
 	}
 }
@@ -158,11 +158,14 @@ func allDone(batch []request) (context.Context, context.CancelFunc) {
 // in order. An event outside the processed_event partitions makes
 // the charge phase fall back to one transaction per event, each deciding
 // alone whether it needs the ledger alone.
-func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed) []response {
+//
+// attempts[i] identifies the attempt batch[i] belongs to (see WithAttempt).
+func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed, attempts []uuid.UUID) []response {
 	out := make([]response, len(batch))
 	// The same event twice in one batch (a redelivery beside its
 	// original): the later copy waits for the earlier one's outcome.
 	var evs []events.OrderConfirmed
+	var tokens []uuid.UUID
 	var at []int // batch index of each of evs
 	seen := map[uuid.UUID]bool{}
 	for i, ev := range batch {
@@ -171,12 +174,12 @@ func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed)
 			continue
 		}
 		seen[ev.EventID] = true
-		evs, at = append(evs, ev), append(at, i)
+		evs, tokens, at = append(evs, ev), append(tokens, attempts[i]), append(at, i)
 	}
 	var toCharge []events.OrderConfirmed
 	var created []bool
 	var chargeAt []int
-	for k, c := range s.claimAll(ctx, evs) {
+	for k, c := range s.claimAll(ctx, evs, tokens) {
 		if !c.charge {
 			out[at[k]] = response{c.res, c.err}
 			continue

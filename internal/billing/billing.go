@@ -34,6 +34,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -45,9 +46,11 @@ import (
 // Charger takes one charge at the payment provider. *payment.Client is
 // the production implementation. It must send the same body for the same
 // request every time, and its errors carry a fault.Kind: Permanent for a
-// definite refusal, Conflict for a 422, Systemic when the request was not
-// accepted for reasons that are not the charge's, Transient when the
-// outcome is unknown.
+// refusal of the charge, Conflict for a 422, Systemic when the request was
+// not accepted for reasons that are not the charge's, Transient when the
+// outcome is unknown. An error that proves the money was not taken says so
+// with a method NotTaken() bool returning true: only then may the attempt
+// that created the claim release it.
 type Charger interface {
 	Charge(ctx context.Context, ch payment.Charge) (payment.Result, error)
 }
@@ -138,8 +141,31 @@ func New(cfg Config) (*Service, error) {
 // After an error the event is not marked processed, so it can be retried
 // or dead-lettered; its order's claim stays as SPEC §6 requires.
 func (s *Service) Process(ctx context.Context, ev events.OrderConfirmed) (Result, error) {
-	r := s.processAll(ctx, []events.OrderConfirmed{ev})[0]
+	r := s.processAll(ctx, []events.OrderConfirmed{ev}, []uuid.UUID{attemptOf(ctx)})[0]
 	return r.res, r.err
+}
+
+type attemptKey struct{}
+
+// WithAttempt returns a context that makes every Process call under it one
+// attempt at charging: the pipeline wraps the processing of one delivery,
+// its retries included. Only the attempt that created an order's claim may
+// release it on a definite refusal (SPEC §6); a redelivery, the completer
+// and reconcile are other attempts. Without it, each Process call is an
+// attempt of its own.
+func WithAttempt(ctx context.Context) context.Context {
+	if _, ok := ctx.Value(attemptKey{}).(uuid.UUID); ok {
+		return ctx
+	}
+	return context.WithValue(ctx, attemptKey{}, uuid.New())
+}
+
+// attemptOf returns ctx's attempt, or a fresh one.
+func attemptOf(ctx context.Context) uuid.UUID {
+	if id, ok := ctx.Value(attemptKey{}).(uuid.UUID); ok {
+		return id
+	}
+	return uuid.New()
 }
 
 // chargeOf is the charge request of ev: key and body derive from the event

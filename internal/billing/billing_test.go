@@ -313,6 +313,12 @@ func TestProviderRejectionsAreClassifiedAndRecordNothing(t *testing.T) {
 	if _, err := bad.svc.Process(context.Background(), event(1008, 100)); !fault.Is(err, fault.Systemic) {
 		t.Fatalf("charge with rejected credentials = %v; want systemic", err)
 	}
+	// Not accepted at all: the attempt that claimed the order releases it,
+	// so that a later attempt with good credentials creates the claim
+	// afresh, and its own refusal can release it again.
+	if n, _ := bad.ledger(t, 1008); n != 0 {
+		t.Fatalf("a charge refused for our credentials left %d ledger rows, want 0", n)
+	}
 }
 
 // A provider that saw this key with another body answers 422: a conflict,

@@ -185,6 +185,15 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfi
 	return nil
 }
 
+// definiteRefusal reports whether a charge error proves that the provider
+// did not take the money: the Charger's error says so with a NotTaken
+// method (*payment.Error: a refusal of the charge, of our credentials, or
+// a request never sent).
+func definiteRefusal(err error) bool {
+	var nt interface{ NotTaken() bool }
+	return errors.As(err, &nt) && nt.NotTaken()
+}
+
 // settleFailed gives the events whose charge failed their ledger outcome
 // (see settleRefused) and logs what a kept claim means.
 func (s *Service) settleFailed(ctx context.Context, evs []events.OrderConfirmed, created []bool, failed []int, out []response) {
@@ -196,9 +205,9 @@ func (s *Service) settleFailed(ctx context.Context, evs []events.OrderConfirmed,
 		case k == fault.Conflict:
 			block = append(block, ev)
 			why[ev.EventID] = err.Error()
-		case (k == fault.Permanent || k == fault.Invalid) && created[i]:
+		case definiteRefusal(err) && created[i]:
 			release = append(release, ev)
-		case k == fault.Permanent || k == fault.Invalid:
+		case definiteRefusal(err):
 			s.logger.Warn("charge refused, but an earlier attempt created the claim: left pending for the completer",
 				"order_id", ev.OrderID, "event_id", ev.EventID, "err", err)
 		}

@@ -71,7 +71,7 @@ func crashAt(t *testing.T, e *env, order int64, k int, after bool, mode faultMod
 		in.failAt = -1 // the offset: Process finishes, the commit is lost
 	}
 	svc := newService(t, faultDB{e.pool, in}, faultCharger{e.client, in})
-	ctx := context.Background()
+	ctx := billing.WithAttempt(context.Background()) // the delivery and its retries
 	res, err := svc.Process(ctx, ev)
 	t.Logf("faulty run: %+v, %v (ops %q)", res, err, in.trace())
 	if mode == connLost && err != nil {
@@ -83,6 +83,7 @@ func crashAt(t *testing.T, e *env, order int64, k int, after bool, mode faultMod
 	}
 	// Another replica gets a distinct event for the order now. It may
 	// charge only if the first event's claim never committed.
+	ctx = context.Background() // another process: other attempts
 	fresh := newService(t, e.pool, e.client)
 	other := event(order, 4321)
 	ores, oerr := fresh.Process(ctx, other)

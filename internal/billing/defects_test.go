@@ -225,3 +225,39 @@ func (p *freezingProxy) freeze() {
 		close(p.frozen)
 	}
 }
+
+// A decline after a 5xx, within one attempt (the pipeline's retries of one
+// delivery), releases the claim that attempt made: with the same key, the
+// provider would have replayed a charge it had taken. The same decline
+// seen by another attempt (a redelivery after a crash) proves nothing
+// about the earlier attempt's requests: the claim stays, for the
+// completer.
+func TestDeclineAfterAnUnknownOutcome(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	for _, sameAttempt := range []bool{true, false} {
+		order := int64(8010)
+		if !sameAttempt {
+			order = 8011
+		}
+		ev := event(order, 300)
+		ctx := billing.WithAttempt(context.Background())
+		e.sim.SetFaults(paysim.Faults{ErrorRate: 1})
+		if _, err := e.svc.Process(ctx, ev); !fault.Is(err, fault.Transient) {
+			t.Fatalf("under 5xx: %v; want transient", err)
+		}
+		e.sim.SetFaults(paysim.Faults{Decline: func(int64) bool { return true }})
+		if !sameAttempt {
+			ctx = billing.WithAttempt(context.Background()) // the redelivery
+		}
+		if _, err := e.svc.Process(ctx, ev); !fault.Is(err, fault.Permanent) {
+			t.Fatalf("declined: %v; want permanent", err)
+		}
+		n, _ := e.ledger(t, order)
+		if sameAttempt && n != 0 {
+			t.Errorf("same attempt: the decline left %d ledger rows, want 0 (released)", n)
+		}
+		if !sameAttempt && e.status(t, order) != "pending" {
+			t.Errorf("another attempt: ledger status %q, want pending (not released)", e.status(t, order))
+		}
+	}
+}

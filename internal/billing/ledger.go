@@ -29,20 +29,22 @@ type Claim struct {
 	Amount     money.Amount
 	Status     string
 	ClaimedAt  time.Time
+	// Attempt is the claim_token of the attempt that created the claim.
+	Attempt uuid.UUID
 }
 
 // The claim statements run outside any transaction: each commits on its
 // own, before the provider is called. They sort their rows so concurrent
 // claims lock ledger rows in one order.
 const (
-	claimSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status)
-SELECT o, e, c, a::numeric, $5, $5, 'pending'
-FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[]) WITH ORDINALITY AS v(o, e, c, a, n)
+	claimSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token)
+SELECT o, e, c, a::numeric, $5, $5, 'pending', t
+FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[], $6::uuid[]) WITH ORDINALITY AS v(o, e, c, a, t, n)
 ORDER BY o, n
 ON CONFLICT DO NOTHING RETURNING event_id`
 	// lookupSQL returns the rows that stopped a claim: the order's row,
 	// and the row of another order holding the event_id, if any.
-	lookupSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at FROM charge
+	lookupSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token FROM charge
 WHERE order_id = ANY($1) OR event_id = ANY($2)`
 	releaseSQL = `DELETE FROM charge c USING unnest($1::bigint[], $2::uuid[]) AS v(o, e)
 WHERE c.order_id = v.o AND c.event_id = v.e AND c.status = 'pending'`
@@ -106,7 +108,7 @@ type claimed struct {
 // in one statement, and decides every event whose claim an existing row
 // stopped. An event whose stopping row vanished meanwhile is claimed
 // again, a few times.
-func (s *Service) claimAll(ctx context.Context, evs []events.OrderConfirmed) []claimed {
+func (s *Service) claimAll(ctx context.Context, evs []events.OrderConfirmed, attempts []uuid.UUID) []claimed {
 	out := make([]claimed, len(evs))
 	todo := make([]int, len(evs))
 	for i := range todo {
@@ -120,7 +122,7 @@ func (s *Service) claimAll(ctx context.Context, evs []events.OrderConfirmed) []c
 			break
 		}
 		var err error
-		if todo, err = s.claimOnce(ctx, evs, todo, out); err != nil {
+		if todo, err = s.claimOnce(ctx, evs, attempts, todo, out); err != nil {
 			for _, i := range todo {
 				out[i].err = err
 			}
@@ -132,16 +134,16 @@ func (s *Service) claimAll(ctx context.Context, evs []events.OrderConfirmed) []c
 
 // claimOnce claims the events evs[todo], fills in out and returns those to
 // claim again.
-func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, todo []int, out []claimed) ([]int, error) {
+func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, attempts []uuid.UUID, todo []int, out []claimed) ([]int, error) {
 	orders, ids := make([]int64, len(todo)), make([]uuid.UUID, len(todo))
-	customers, amounts := make([]int64, len(todo)), make([]string, len(todo))
+	customers, amounts, tokens := make([]int64, len(todo)), make([]string, len(todo)), make([]uuid.UUID, len(todo))
 	for k, i := range todo {
 		ev := evs[i]
-		orders[k], ids[k], customers[k], amounts[k] = ev.OrderID, ev.EventID, ev.CustomerID, ev.TotalAmount.String()
+		orders[k], ids[k], customers[k], amounts[k], tokens[k] = ev.OrderID, ev.EventID, ev.CustomerID, ev.TotalAmount.String(), attempts[i]
 	}
 	cctx, cancel := s.live(ctx)
 	defer cancel()
-	rows, err := s.db.Query(cctx, claimSQL, orders, ids, customers, amounts, s.now())
+	rows, err := s.db.Query(cctx, claimSQL, orders, ids, customers, amounts, s.now(), tokens)
 	if err != nil {
 		return todo, classifyDB(fmt.Errorf("claim %d orders: %w", len(todo), err))
 	}
@@ -178,7 +180,9 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, to
 		case verdictReclaim:
 			again = append(again, i)
 		case verdictCharge:
-			out[i] = claimed{charge: true}
+			// Our own claim: created by this attempt when an earlier try of
+			// it lost the claim statement's answer, or a retry of it.
+			out[i] = claimed{charge: true, created: row.Attempt == attempts[i]}
 		default:
 			out[i] = claimed{res: Result{Outcome: outcome}, err: err}
 			if outcome == DuplicateOrder {
@@ -230,12 +234,20 @@ func (s *Service) lookup(ctx context.Context, evs []events.OrderConfirmed, idx [
 }
 
 // scanClaim scans order_id, event_id, customer_id, amount::text, status,
-// claimed_at.
+// claimed_at and, when the query has it, claim_token.
 func scanClaim(row pgx.CollectableRow) (Claim, error) {
 	var c Claim
 	var amount string
-	if err := row.Scan(&c.OrderID, &c.EventID, &c.CustomerID, &amount, &c.Status, &c.ClaimedAt); err != nil {
+	dest := []any{&c.OrderID, &c.EventID, &c.CustomerID, &amount, &c.Status, &c.ClaimedAt}
+	var token *uuid.UUID
+	if len(row.FieldDescriptions()) > len(dest) {
+		dest = append(dest, &token)
+	}
+	if err := row.Scan(dest...); err != nil {
 		return Claim{}, err
+	}
+	if token != nil {
+		c.Attempt = *token
 	}
 	a, err := money.ParseAmount(amount)
 	if err != nil {

@@ -61,6 +61,22 @@ func (e *Error) Error() string {
 	return msg
 }
 
+// NotTaken reports whether the attempt proves that the provider did not
+// take the money: it refused the charge (Permanent: 400, 402, 404, ...),
+// refused our credentials (401, 403, 407), or the request was never sent
+// (the provider's certificate failed verification). A redirect, a 409, a
+// 422 or any outcome without an answer proves nothing.
+func (e *Error) NotTaken() bool {
+	switch {
+	case e.Kind == fault.Permanent:
+		return true
+	case e.Status == http.StatusUnauthorized, e.Status == http.StatusForbidden, e.Status == http.StatusProxyAuthRequired:
+		return true
+	default:
+		return e.Status == 0 && e.Kind == fault.Systemic
+	}
+}
+
 // Unwrap returns the underlying cause, if any.
 func (e *Error) Unwrap() error { return e.Err }
 

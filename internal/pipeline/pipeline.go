@@ -155,6 +155,10 @@ func (h *Handler) Handle(ctx context.Context, msg kafka.Message) error {
 }
 
 func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
+	// Every try below is one attempt at the charge: a definite refusal
+	// after an earlier try's unknown outcome may still release the claim
+	// this delivery made (SPEC §6).
+	ctx = billing.WithAttempt(ctx)
 	ev, err := events.Decode(msg.Value, h.cfg.Now())
 	if err != nil {
 		return h.deadLetter(ctx, msg, nil, dlq.Invalid, err, 1)
