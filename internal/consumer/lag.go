@@ -113,9 +113,10 @@ func GroupLag(ctx context.Context, client *kafka.Client, topic, group string) ([
 }
 
 // WatchLag calls GroupLag every interval until ctx ends and hands each
-// answer to report. Failures are logged at most once a minute.
+// answer, or its error, to report (never the error of ctx ending).
+// Failures are logged at most once a minute.
 func WatchLag(ctx context.Context, client *kafka.Client, topic, group string, interval time.Duration,
-	logger *slog.Logger, report func([]PartitionLag)) {
+	logger *slog.Logger, report func([]PartitionLag, error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var lastLogged time.Time
@@ -123,10 +124,11 @@ func WatchLag(ctx context.Context, client *kafka.Client, topic, group string, in
 		qctx, cancel := context.WithTimeout(ctx, interval)
 		lags, err := GroupLag(qctx, client, topic, group)
 		cancel()
-		switch {
-		case err == nil:
-			report(lags)
-		case ctx.Err() == nil && time.Since(lastLogged) > time.Minute:
+		if ctx.Err() != nil {
+			return
+		}
+		report(lags, err)
+		if err != nil && time.Since(lastLogged) > time.Minute {
 			logger.Warn("consumer lag unavailable", "err", err)
 			lastLogged = time.Now()
 		}
