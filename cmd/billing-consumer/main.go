@@ -21,6 +21,7 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
+	"github.com/billing-consumer/billing-consumer/internal/tracing"
 )
 
 // Set by the linker: -X main.version=... -X main.commit=...
@@ -120,7 +121,9 @@ func withDB(ctx context.Context, args []string, name string, stderr io.Writer,
 
 func newLogger(cfg config, w io.Writer) *slog.Logger {
 	level, _ := cfg.logLevel() // validated
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	// Lines logged inside a span (the pipeline's, per event) carry its
+	// trace_id and span_id.
+	return slog.New(tracing.LogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})))
 }
 
 // newPool makes the pool of BILLING_DATABASE_URL without connecting: run

@@ -88,3 +88,34 @@ func TestStartupWaitsUnready(t *testing.T) {
 		t.Errorf("run after a clean start: %v", err)
 	}
 }
+
+// pprof is off by default and, when BILLING_PPROF_ADDR is set, served on
+// that address only, never on the metrics port. It answers while the
+// service still waits for its dependencies.
+func TestPprofOptIn(t *testing.T) {
+	addr, pprofAddr := kafkatest.FreePort(t), kafkatest.FreePort(t)
+	env := map[string]string{
+		"BILLING_DATABASE_URL":  "postgres://u:p@127.0.0.1:1/x",
+		"BILLING_KAFKA_BROKERS": kafkatest.FreePort(t),
+		"BILLING_PAYMENT_URL":   "http://127.0.0.1:1",
+		"BILLING_HTTP_ADDR":     addr,
+	}
+	setEnv(t, validEnv, env)
+	p := startRun(t)
+	poll(t, 10*time.Second, "/healthz", func() bool { code, _ := httpGet("http://" + addr + "/healthz"); return code == http.StatusOK })
+	if code, _ := httpGet("http://" + addr + "/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("pprof on the metrics port by default: %d, want 404", code)
+	}
+	_ = p.stop(t)
+
+	setEnv(t, validEnv, env, map[string]string{"BILLING_PPROF_ADDR": pprofAddr})
+	p = startRun(t)
+	poll(t, 10*time.Second, "pprof on BILLING_PPROF_ADDR", func() bool {
+		code, body := httpGet("http://" + pprofAddr + "/debug/pprof/")
+		return code == http.StatusOK && strings.Contains(body, "goroutine")
+	})
+	if code, _ := httpGet("http://" + addr + "/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("pprof on the metrics port with BILLING_PPROF_ADDR set: %d, want 404", code)
+	}
+	_ = p.stop(t)
+}

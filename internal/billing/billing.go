@@ -101,7 +101,7 @@ func (s *Service) Process(ctx context.Context, ev events.OrderConfirmed) (Result
 		// The failed insert aborted the transaction: redo it without the
 		// processed_event row. The ledger's order_id key still guarantees
 		// one charge per order.
-		s.logger.Warn("event outside dedup partitions, ledger decides",
+		s.logger.WarnContext(ctx, "event outside dedup partitions, ledger decides",
 			"event_id", ev.EventID, "order_id", ev.OrderID)
 		res, err = s.process(ctx, ev, false)
 		res.DedupBypassed = true
@@ -242,7 +242,7 @@ func (s *Service) claimOrder(ctx context.Context, tx pgx.Tx, ev events.OrderConf
 	case amount != ev.TotalAmount.String() || customerID != ev.CustomerID:
 		return "", fault.Errorf(fault.Conflict, "order %d already charged by event %s with other parameters", ev.OrderID, eventID)
 	default:
-		s.logger.Info("order already charged by another event", "event_id", ev.EventID,
+		s.logger.InfoContext(ctx, "order already charged by another event", "event_id", ev.EventID,
 			"order_id", ev.OrderID, "charged_by", eventID)
 		return DuplicateOrder, nil
 	}

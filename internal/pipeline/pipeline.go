@@ -167,7 +167,7 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 			stalled = false
 			h.stalled.Add(-1)
 			systemic = h.backoff()
-			h.cfg.Logger.Info("systemic failure over, event resumed", "event_id", ev.EventID)
+			h.cfg.Logger.InfoContext(ctx, "systemic failure over, event resumed", "event_id", ev.EventID)
 		}
 		if err == nil {
 			spanOutcome(ctx, string(res.Outcome), attempt)
@@ -197,7 +197,7 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 			}
 			h.cfg.Metrics.Retries.WithLabelValues(fault.Systemic.String()).Inc()
 			spanRetry(ctx, fault.Systemic)
-			h.cfg.Logger.Error("systemic failure, pausing this event", "event_id", ev.EventID, "err", err)
+			h.cfg.Logger.ErrorContext(ctx, "systemic failure, pausing this event", "event_id", ev.EventID, "err", err)
 			if err := sleep(ctx, systemic); err != nil {
 				return err
 			}
@@ -208,7 +208,7 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 		}
 		h.cfg.Metrics.Retries.WithLabelValues(kind.String()).Inc()
 		spanRetry(ctx, kind)
-		h.cfg.Logger.Warn("event failed, retrying", "event_id", ev.EventID, "order_id", ev.OrderID,
+		h.cfg.Logger.WarnContext(ctx, "event failed, retrying", "event_id", ev.EventID, "order_id", ev.OrderID,
 			"attempt", attempt, "err", err)
 		if err := sleep(ctx, transient); err != nil {
 			return err
@@ -253,7 +253,7 @@ func (h *Handler) deadLetter(ctx context.Context, msg kafka.Message, ev *events.
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		h.cfg.Logger.Error("dead-letter write failed, retrying", "partition", msg.Partition, "offset", msg.Offset, "err", err)
+		h.cfg.Logger.ErrorContext(ctx, "dead-letter write failed, retrying", "partition", msg.Partition, "offset", msg.Offset, "err", err)
 		if err := sleep(ctx, b); err != nil {
 			return err
 		}
@@ -266,7 +266,7 @@ func (h *Handler) deadLetter(ctx context.Context, msg kafka.Message, ev *events.
 	if ev != nil {
 		attrs = append(attrs, "event_id", ev.EventID, "order_id", ev.OrderID)
 	}
-	h.cfg.Logger.Warn("record dead-lettered", attrs...)
+	h.cfg.Logger.WarnContext(ctx, "record dead-lettered", attrs...)
 	return nil
 }
 
