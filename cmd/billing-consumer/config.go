@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -93,7 +94,7 @@ func loadConfig() (config, error) {
 	if err := envconfig.Process(envPrefix, &c); err != nil {
 		var pe *envconfig.ParseError
 		if errors.As(err, &pe) {
-			return c, parseError{fmt.Errorf("%s: cannot parse %q as %s", pe.KeyName, pe.Value, pe.TypeName)}
+			return c, parseError{errors.New(strings.Join(parseErrors(), "; "))}
 		}
 		return c, err
 	}
@@ -121,6 +122,23 @@ func loadConfig() (config, error) {
 		return c, errors.New(strings.Join(errs, "; "))
 	}
 	return c, nil
+}
+
+// parseErrors returns every variable envconfig cannot parse, each as
+// "NAME: cannot parse ...". envconfig.Process stops at the first, so each
+// field is processed alone, in a struct of its own with the same tags (and
+// so the same variable name).
+func parseErrors() []string {
+	var out []string
+	t := reflect.TypeFor[config]()
+	for i := range t.NumField() {
+		one := reflect.New(reflect.StructOf([]reflect.StructField{t.Field(i)}))
+		var pe *envconfig.ParseError
+		if err := envconfig.Process(envPrefix, one.Interface()); errors.As(err, &pe) {
+			out = append(out, fmt.Sprintf("%s: cannot parse %q as %s", pe.KeyName, pe.Value, pe.TypeName))
+		}
+	}
+	return out
 }
 
 // parseError is a variable envconfig could not parse: the struct is not
