@@ -192,7 +192,11 @@ type need struct{ kafka, payment, withoutDB bool }
 func (c config) validate(n need) error {
 	var errs []string
 	v := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Sprintf("%s_%s: %s", envPrefix, name, fmt.Sprintf(format, args...)))
+		msg := fmt.Sprintf(format, args...)
+		if name != "" {
+			msg = fmt.Sprintf("%s_%s: %s", envPrefix, name, msg)
+		}
+		errs = append(errs, msg)
 	}
 	if !n.withoutDB && c.DatabaseURL == "" {
 		v("DATABASE_URL", "required (or BILLING_DATABASE_URL_FILE)")
@@ -239,91 +243,105 @@ func (c config) validate(n need) error {
 		}
 	}
 	if n.kafka {
-		if len(c.KafkaBrokers) == 0 {
-			v("KAFKA_BROKERS", "required")
-		}
-		for _, b := range c.KafkaBrokers {
-			host, port, err := net.SplitHostPort(b)
-			if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
-				v("KAFKA_BROKERS", "%q is not host:port", b)
-				break
-			}
-		}
-		for _, nt := range [][2]string{{"KAFKA_TOPIC", c.KafkaTopic}, {"KAFKA_DLQ_TOPIC", c.KafkaDLQTopic}} {
-			name, topic := nt[0], nt[1]
-			if topic == "" || len(topic) > 249 || strings.Trim(topic, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
-				v(name, "%q is not a valid topic name", topic)
-			}
-		}
-		if c.KafkaTopic == c.KafkaDLQTopic && c.KafkaTopic != "" {
-			v("KAFKA_DLQ_TOPIC", "must differ from BILLING_KAFKA_TOPIC")
-		}
-		if c.KafkaGroupID == "" {
-			v("KAFKA_GROUP_ID", "required")
-		}
-		if c.KafkaCommitInterval < 0 || c.KafkaCommitInterval > time.Minute {
-			v("KAFKA_COMMIT_INTERVAL", "must be between 0s and 1m, got %s", c.KafkaCommitInterval)
-		}
-		if c.KafkaSessionTimeout < time.Second {
-			v("KAFKA_SESSION_TIMEOUT", "must be at least 1s (brokers also enforce group.min.session.timeout.ms, 6s by default), got %s", c.KafkaSessionTimeout)
-		}
-		if c.DrainTimeout <= 0 || c.DrainTimeout >= c.KafkaRebalanceTimeout || c.DrainTimeout >= c.KafkaSessionTimeout {
-			v("DRAIN_TIMEOUT", "must be positive and below BILLING_KAFKA_SESSION_TIMEOUT (%s) and BILLING_KAFKA_REBALANCE_TIMEOUT (%s), got %s",
-				c.KafkaSessionTimeout, c.KafkaRebalanceTimeout, c.DrainTimeout)
-		}
-		if c.ShutdownTimeout <= c.DrainTimeout {
-			v("SHUTDOWN_TIMEOUT", "must exceed BILLING_DRAIN_TIMEOUT (%s), got %s", c.DrainTimeout, c.ShutdownTimeout)
-		}
-		if c.KafkaLagInterval < time.Second {
-			v("KAFKA_LAG_INTERVAL", "must be at least 1s, got %s", c.KafkaLagInterval)
-		}
-		if c.DLQBacklogInterval < time.Second {
-			v("DLQ_BACKLOG_INTERVAL", "must be at least 1s, got %s", c.DLQBacklogInterval)
-		}
-		if err := c.validateKafkaSecurity(); err != nil {
-			errs = append(errs, err.Error())
-		}
+		c.validateKafka(v)
+		c.validateDLQ(v)
 	}
 	if n.payment {
-		u, err := url.Parse(c.PaymentURL)
-		if c.PaymentURL == "" {
-			v("PAYMENT_URL", "required")
-		} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			v("PAYMENT_URL", "must be an absolute http or https URL")
-		}
-		if c.PaymentTimeout <= 0 {
-			v("PAYMENT_TIMEOUT", "must be positive, got %s", c.PaymentTimeout)
-		}
-		if c.MaxAttempts < 1 || c.MaxAttempts > 100 {
-			v("MAX_ATTEMPTS", "must be between 1 and 100, got %d", c.MaxAttempts)
-		}
-		if c.OutageThreshold < 0 || c.OutageThreshold > 10000 {
-			v("OUTAGE_THRESHOLD", "must be between 0 and 10000, got %d", c.OutageThreshold)
-		}
-		if c.RetryBackoff <= 0 {
-			v("RETRY_BACKOFF", "must be positive, got %s", c.RetryBackoff)
-		}
-		if c.RetryBackoff > 0 && c.RetryBackoffMax < c.RetryBackoff {
-			v("RETRY_BACKOFF_MAX", "must be at least BILLING_RETRY_BACKOFF (%s), got %s", c.RetryBackoff, c.RetryBackoffMax)
-		}
-		if c.PaymentCAFile != "" && (u == nil || u.Scheme != "https") {
-			v("PAYMENT_CA_FILE", "set, but BILLING_PAYMENT_URL is not https")
-		}
-	}
-	if n.kafka {
-		if c.DLQMaxReplays < 1 || c.DLQMaxReplays > 100 {
-			v("DLQ_MAX_REPLAYS", "must be between 1 and 100, got %d", c.DLQMaxReplays)
-		}
-		// Joining the consumers' group with another topic would rebalance
-		// them, and replay would commit as if it were billing.
-		if c.dlqReplayGroup() == c.KafkaGroupID {
-			v("DLQ_REPLAY_GROUP_ID", "must differ from BILLING_KAFKA_GROUP_ID")
-		}
+		c.validatePayment(v)
 	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// problem records one configuration error about BILLING_<name>; an empty
+// name means the message names its variables itself.
+type problem func(name, format string, args ...any)
+
+func (c config) validateKafka(v problem) {
+	if len(c.KafkaBrokers) == 0 {
+		v("KAFKA_BROKERS", "required")
+	}
+	for _, b := range c.KafkaBrokers {
+		host, port, err := net.SplitHostPort(b)
+		if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
+			v("KAFKA_BROKERS", "%q is not host:port", b)
+			break
+		}
+	}
+	for _, nt := range [][2]string{{"KAFKA_TOPIC", c.KafkaTopic}, {"KAFKA_DLQ_TOPIC", c.KafkaDLQTopic}} {
+		name, topic := nt[0], nt[1]
+		if topic == "" || len(topic) > 249 || strings.Trim(topic, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
+			v(name, "%q is not a valid topic name", topic)
+		}
+	}
+	if c.KafkaTopic == c.KafkaDLQTopic && c.KafkaTopic != "" {
+		v("KAFKA_DLQ_TOPIC", "must differ from BILLING_KAFKA_TOPIC")
+	}
+	if c.KafkaGroupID == "" {
+		v("KAFKA_GROUP_ID", "required")
+	}
+	if c.KafkaCommitInterval < 0 || c.KafkaCommitInterval > time.Minute {
+		v("KAFKA_COMMIT_INTERVAL", "must be between 0s and 1m, got %s", c.KafkaCommitInterval)
+	}
+	if c.KafkaSessionTimeout < time.Second {
+		v("KAFKA_SESSION_TIMEOUT", "must be at least 1s (brokers also enforce group.min.session.timeout.ms, 6s by default), got %s", c.KafkaSessionTimeout)
+	}
+	if c.DrainTimeout <= 0 || c.DrainTimeout >= c.KafkaRebalanceTimeout || c.DrainTimeout >= c.KafkaSessionTimeout {
+		v("DRAIN_TIMEOUT", "must be positive and below BILLING_KAFKA_SESSION_TIMEOUT (%s) and BILLING_KAFKA_REBALANCE_TIMEOUT (%s), got %s",
+			c.KafkaSessionTimeout, c.KafkaRebalanceTimeout, c.DrainTimeout)
+	}
+	if c.ShutdownTimeout <= c.DrainTimeout {
+		v("SHUTDOWN_TIMEOUT", "must exceed BILLING_DRAIN_TIMEOUT (%s), got %s", c.DrainTimeout, c.ShutdownTimeout)
+	}
+	if c.KafkaLagInterval < time.Second {
+		v("KAFKA_LAG_INTERVAL", "must be at least 1s, got %s", c.KafkaLagInterval)
+	}
+	if c.DLQBacklogInterval < time.Second {
+		v("DLQ_BACKLOG_INTERVAL", "must be at least 1s, got %s", c.DLQBacklogInterval)
+	}
+	if err := c.validateKafkaSecurity(); err != nil {
+		v("", "%s", err.Error())
+	}
+}
+
+func (c config) validatePayment(v problem) {
+	u, err := url.Parse(c.PaymentURL)
+	if c.PaymentURL == "" {
+		v("PAYMENT_URL", "required")
+	} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		v("PAYMENT_URL", "must be an absolute http or https URL")
+	}
+	if c.PaymentTimeout <= 0 {
+		v("PAYMENT_TIMEOUT", "must be positive, got %s", c.PaymentTimeout)
+	}
+	if c.MaxAttempts < 1 || c.MaxAttempts > 100 {
+		v("MAX_ATTEMPTS", "must be between 1 and 100, got %d", c.MaxAttempts)
+	}
+	if c.OutageThreshold < 0 || c.OutageThreshold > 10000 {
+		v("OUTAGE_THRESHOLD", "must be between 0 and 10000, got %d", c.OutageThreshold)
+	}
+	if c.RetryBackoff <= 0 {
+		v("RETRY_BACKOFF", "must be positive, got %s", c.RetryBackoff)
+	}
+	if c.RetryBackoff > 0 && c.RetryBackoffMax < c.RetryBackoff {
+		v("RETRY_BACKOFF_MAX", "must be at least BILLING_RETRY_BACKOFF (%s), got %s", c.RetryBackoff, c.RetryBackoffMax)
+	}
+	if c.PaymentCAFile != "" && (u == nil || u.Scheme != "https") {
+		v("PAYMENT_CA_FILE", "set, but BILLING_PAYMENT_URL is not https")
+	}
+}
+
+func (c config) validateDLQ(v problem) {
+	if c.DLQMaxReplays < 1 || c.DLQMaxReplays > 100 {
+		v("DLQ_MAX_REPLAYS", "must be between 1 and 100, got %d", c.DLQMaxReplays)
+	}
+	// Joining the consumers' group with another topic would rebalance
+	// them, and replay would commit as if it were billing.
+	if c.dlqReplayGroup() == c.KafkaGroupID {
+		v("DLQ_REPLAY_GROUP_ID", "must differ from BILLING_KAFKA_GROUP_ID")
+	}
 }
 
 // dbMaxConns is the pool size: BILLING_DB_MAX_CONNS, or when it is 0 enough

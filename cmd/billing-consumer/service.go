@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
@@ -76,22 +78,10 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.m = metrics.New(s.reg, version, commit)
 
-	// Spans are exported only when OTEL_EXPORTER_OTLP_ENDPOINT is set; an
-	// incoming traceparent is propagated either way. Flushed last, so the
-	// drain's spans go too. The OTEL_* variables are the SDK's own, read
-	// with os.Getenv like envconfig reads BILLING_*.
-	tp, stopTracing, err := tracing.Setup(ctx, os.Getenv, s.logger, "billing-consumer", version)
+	tracer, propagator, err := s.setupTracing(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s.onClose(func() {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := stopTracing(tctx); err != nil {
-			s.logger.Warn("flushing spans at shutdown", "err", err)
-		}
-	})
-	tracer, propagator := tp.Tracer(tracing.ScopeName), tracing.Propagator()
 
 	if s.pool, err = newPool(ctx, cfg); err != nil {
 		return nil, err
@@ -170,6 +160,26 @@ func (s *service) listen() error {
 	s.onClose(func() { _ = pln.Close() })
 	s.pprofSrv = &http.Server{Handler: pprofHandler(), ReadHeaderTimeout: 5 * time.Second}
 	return nil
+}
+
+// setupTracing starts the span exporter; Close flushes it last, so the
+// drain's spans go too. Spans are exported only when
+// OTEL_EXPORTER_OTLP_ENDPOINT is set; an incoming traceparent is
+// propagated either way. The OTEL_* variables are the SDK's own, read with
+// os.Getenv as envconfig reads BILLING_*.
+func (s *service) setupTracing(ctx context.Context) (trace.Tracer, propagation.TextMapPropagator, error) {
+	tp, stopTracing, err := tracing.Setup(ctx, os.Getenv, s.logger, "billing-consumer", version)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.onClose(func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(tctx); err != nil {
+			s.logger.Warn("flushing spans at shutdown", "err", err)
+		}
+	})
+	return tp.Tracer(tracing.ScopeName), tracing.Propagator(), nil
 }
 
 func (s *service) onClose(f func()) { s.closers = append(s.closers, f) }
