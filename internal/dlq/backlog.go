@@ -40,18 +40,9 @@ func ReadBacklog(ctx context.Context, client *kafka.Client, topic, replayGroup s
 		return Backlog{}, err
 	}
 	ids := slices.Sorted(maps.Keys(bounds))
-	committed, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: replayGroup, Topics: map[string][]int{topic: ids}})
+	pos, err := consumer.CommittedOffsets(ctx, client, replayGroup, topic, ids)
 	if err != nil {
-		return Backlog{}, fmt.Errorf("committed offsets of %s: %w", replayGroup, err)
-	}
-	if committed.Error != nil && !errors.Is(committed.Error, kafka.GroupIdNotFound) {
-		return Backlog{}, fmt.Errorf("committed offsets of %s: %w", replayGroup, committed.Error)
-	}
-	pos := map[int]int64{}
-	for _, po := range committed.Topics[topic] {
-		if po.Error == nil {
-			pos[po.Partition] = po.CommittedOffset
-		}
+		return Backlog{}, err
 	}
 	var b Backlog
 	for _, id := range ids {

@@ -3,7 +3,6 @@ package dlq
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -80,17 +79,8 @@ func Browse(ctx context.Context, cfg BrowseConfig, filter Filter, fn func(Entry)
 	ids := slices.Sorted(maps.Keys(bounds))
 	replayed := map[int]int64{}
 	if cfg.ReplayGroup != "" {
-		res, err := cfg.Client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: cfg.ReplayGroup, Topics: map[string][]int{cfg.Topic: ids}})
-		if err != nil {
-			return fmt.Errorf("committed offsets of %s: %w", cfg.ReplayGroup, err)
-		}
-		if res.Error != nil && !errors.Is(res.Error, kafka.GroupIdNotFound) {
-			return fmt.Errorf("committed offsets of %s: %w", cfg.ReplayGroup, res.Error)
-		}
-		for _, po := range res.Topics[cfg.Topic] {
-			if po.Error == nil {
-				replayed[po.Partition] = po.CommittedOffset
-			}
+		if replayed, err = consumer.CommittedOffsets(ctx, cfg.Client, cfg.ReplayGroup, cfg.Topic, ids); err != nil {
+			return err
 		}
 	}
 	for _, id := range ids {
