@@ -26,7 +26,7 @@ type Backlog struct {
 	// Oldest is the timestamp of the oldest of them; zero when none.
 	Oldest time.Time
 	// Retention is the topic's retention.ms; 0 when unlimited (-1) or not
-	// readable.
+	// readable (the client may lack DescribeConfigs on the topic).
 	Retention time.Duration
 }
 
@@ -63,8 +63,10 @@ func ReadBacklog(ctx context.Context, client *kafka.Client, topic, replayGroup s
 			b.Oldest = at
 		}
 	}
-	b.Retention, err = retention(ctx, client, topic)
-	return b, err
+	// Without DescribeConfigs on the topic the retention stays unknown (0):
+	// the backlog itself is still worth reporting.
+	b.Retention, _ = retention(ctx, client, topic)
+	return b, nil
 }
 
 // recordTime is the timestamp of the first record of partition at or after
