@@ -56,9 +56,7 @@ func (s *service) loops() []loop {
 	client := &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second}
 	return []loop{
 		{"dedup maintenance", func(ctx context.Context) {
-			maintainer(cfg, s.pool, s.logger).Run(ctx, cfg.RetentionInterval, func(p dedup.Pass) {
-				s.m.DedupPartitions.Set(float64(p.Partitions))
-			})
+			maintainer(cfg, s.pool, s.logger).Run(ctx, cfg.RetentionInterval, func(p dedup.Pass) { s.m.DedupPass(p.Partitions) })
 		}},
 		{"lag", func(ctx context.Context) {
 			consumer.WatchLag(ctx, client, cfg.KafkaTopic, cfg.KafkaGroupID, cfg.KafkaLagInterval, s.logger,

@@ -68,7 +68,7 @@ func (s *service) startup(ctx context.Context) error {
 		{"dedup partition maintenance", func(ctx context.Context) error {
 			p, err := maintainer(s.cfg, s.pool, s.logger).RunOnce(ctx)
 			if err == nil {
-				s.m.DedupPartitions.Set(float64(p.Partitions))
+				s.m.DedupPass(p.Partitions)
 			}
 			return err
 		}},

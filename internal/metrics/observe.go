@@ -27,6 +27,10 @@ func (m *Metrics) Payment(code string, elapsed time.Duration) {
 	m.PaymentDuration.Observe(elapsed.Seconds())
 }
 
+// DedupPass records the processed_event partition count after a
+// maintenance pass.
+func (m *Metrics) DedupPass(partitions int) { m.DedupPartitions.Set(float64(partitions)) }
+
 // Batch records the size of one billing transaction.
 func (m *Metrics) Batch(n int) { m.BatchSize.Observe(float64(n)) }
 
