@@ -128,3 +128,19 @@ func TestDLQListAndInspect(t *testing.T) {
 		}
 	}
 }
+
+// -h of dlq list and inspect prints their flags and needs no configuration.
+func TestDLQBrowseHelp(t *testing.T) {
+	cleanEnv(t)
+	for _, name := range []string{"list", "inspect"} {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), []string{"dlq", name, "-h"}, &out, &errOut); err != nil {
+			t.Fatalf("dlq %s -h: %v", name, err)
+		}
+		for _, want := range []string{"Usage: billing-consumer dlq " + name, "-reason", "-since", "-order", "-json"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("dlq %s -h lacks %q:\n%s", name, want, out.String())
+			}
+		}
+	}
+}
