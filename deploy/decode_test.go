@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/yaml"
@@ -48,6 +49,8 @@ func newTyped(kind string) any {
 		return &corev1.ServiceAccount{}
 	case "v1/Namespace":
 		return &corev1.Namespace{}
+	case "networking.k8s.io/v1/NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}
 	case "policy/v1/PodDisruptionBudget":
 		return &policyv1.PodDisruptionBudget{}
 	case "monitoring.coreos.com/v1/ServiceMonitor":
@@ -100,13 +103,18 @@ func splitDocuments(b []byte) [][]byte {
 	return docs
 }
 
-// yamlFiles lists every .yaml and .yml file under deploy/.
+// yamlFiles lists every .yaml and .yml file under deploy/, except the
+// promtool unit tests (promtool/), which are not Kubernetes objects:
+// TestPromtool reads them.
 func yamlFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if d.IsDir() && path == promtoolTests {
+			return filepath.SkipDir
 		}
 		if ext := filepath.Ext(path); !d.IsDir() && (ext == ".yaml" || ext == ".yml") {
 			files = append(files, path)

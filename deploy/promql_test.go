@@ -12,6 +12,7 @@ import (
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 )
 
@@ -27,13 +28,13 @@ const (
 // billing-consumer does not export: Prometheus' own up, and
 // kube-state-metrics' Deployment status.
 var externalMetrics = map[string]bool{
-	"up": true, "kube_deployment_status_replicas_unavailable": true,
+	"up": true, "kube_deployment_status_replicas_unavailable": true, "kube_deployment_spec_replicas": true,
 }
 
 // perPartitionMetrics are reported by every replica for every partition:
 // summed over pods they would count each partition once per replica.
 var perPartitionMetrics = map[string]bool{
-	"billing_kafka_consumer_lag": true, "billing_kafka_committed_offset": true,
+	"billing_kafka_consumer_lag": true, "billing_kafka_committed_offset": true, "billing_kafka_log_end_offset": true,
 }
 
 func promQL() parser.Parser { return parser.NewParser(parser.Options{}) }
@@ -115,17 +116,28 @@ func checkNames(t *testing.T, where string, names []string, declared, recorded m
 	}
 }
 
+// loadRules returns the PrometheusRule as kustomize renders the base: its
+// runbook URLs are completed there from their one place (see
+// TestRunbookURLInOnePlace).
 func loadRules(t *testing.T) *monitoringv1.PrometheusRule {
 	t.Helper()
+	return one[monitoringv1.PrometheusRule](t, render(t, "base"))
+}
+
+// TestRunbookURLInOnePlace: the runbooks' address is written once, in the
+// PrometheusRule's annotation; every alert names only its anchor.
+func TestRunbookURLInOnePlace(t *testing.T) {
 	b, err := os.ReadFile(rulesFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, err := decodeStrict(rulesFile, b)
-	if err != nil {
-		t.Fatal(err)
+	base := strings.TrimSuffix(runbookPrefix, "#")
+	if n := strings.Count(string(b), base); n != 1 {
+		t.Errorf("%s names %s %d times, want once (the billing-consumer/runbook-base-url annotation)", rulesFile, base, n)
 	}
-	return o.obj.(*monitoringv1.PrometheusRule)
+	if !regexp.MustCompile(`(?m)^\s+runbook_url: "#[a-z]+"$`).Match(b) {
+		t.Errorf("%s: runbook_url values are not bare anchors", rulesFile)
+	}
 }
 
 // docAnchors returns the anchors GitHub generates for the headings of
@@ -241,14 +253,20 @@ func TestAlertRules(t *testing.T) {
 		severity string
 		has      []string
 	}{
-		"BillingConsumerLagGrowing":     {"warning", []string{"deriv(", "> 1000"}},
-		"BillingConsumerStalled":        {"critical", []string{"changes(billing_kafka_committed_offset", "billing_kafka_consumer_lag", "> 0"}},
-		"BillingConsumerDeadLettering":  {"warning", []string{"rate(billing_dlq_total", `reason!="conflict"`}},
-		"BillingConsumerChargeConflict": {"critical", []string{"billing_dlq_total", `reason="conflict"`}},
-		"BillingPaymentErrorRate":       {"warning", []string{"billing_payment_requests_total", `code=~"5..|429|error"`}},
-		"BillingPaymentLatencyHigh":     {"warning", []string{"histogram_quantile(0.99", "billing_payment_duration_seconds_bucket"}},
-		"BillingConsumerNotReady":       {"warning", []string{"kube_deployment_status_replicas_unavailable"}},
-		"BillingConsumerDown":           {"critical", []string{`up{job="billing-consumer"}`}},
+		"BillingConsumerLagGrowing":        {"warning", []string{"deriv(", "> 1000"}},
+		"BillingConsumerStalled":           {"critical", []string{"billing_kafka_committed_offset:max offset 10m", "billing_kafka_consumer_lag", "> 0"}},
+		"BillingConsumerDeadLettering":     {"warning", []string{"increase(billing_dlq_total", `reason!="conflict"`}},
+		"BillingConsumerLagStale":          {"warning", []string{"billing_kafka_lag_last_success_timestamp_seconds"}},
+		"BillingEventAgeHigh":              {"warning", []string{"billing_event_age_seconds_bucket"}},
+		"BillingDLQRetentionNear":          {"warning", []string{"billing_dlq_oldest_record_age_seconds", "billing_dlq_retention_seconds"}},
+		"BillingLedgerClaimBlocked":        {"critical", []string{`billing_ledger_claims{job="billing-consumer", status="blocked"}`}},
+		"BillingLedgerClaimPendingTooLong": {"warning", []string{"billing_ledger_oldest_pending_seconds", "> 900"}},
+		"BillingConsumerOffsetsBackwards":  {"warning", []string{"offset 5m"}},
+		"BillingConsumerChargeConflict":    {"critical", []string{"billing_dlq_total", `reason="conflict"`}},
+		"BillingPaymentErrorRate":          {"warning", []string{"billing_payment_requests_total", `code=~"5..|429|error"`}},
+		"BillingPaymentLatencyHigh":        {"warning", []string{"histogram_quantile(0.99", "billing_payment_duration_seconds_bucket"}},
+		"BillingConsumerNotReady":          {"warning", []string{"kube_deployment_status_replicas_unavailable"}},
+		"BillingConsumerDown":              {"critical", []string{`up{job="billing-consumer"}`}},
 	} {
 		r, ok := alerts[name]
 		if !ok {
@@ -388,6 +406,9 @@ func TestDashboard(t *testing.T) {
 				t.Errorf("%s: no query", where)
 			}
 			for _, tg := range p.Targets {
+				for _, pr := range unfilteredSelectors(grafanaExpr(tg.Expr)) {
+					t.Errorf("%s/%s: %s", where, tg.RefID, pr)
+				}
 				names := checkExpr(t, where+"/"+tg.RefID, grafanaExpr(tg.Expr))
 				checkNames(t, where, names, declared, nil)
 				for _, n := range names {
@@ -441,4 +462,32 @@ func TestPerPartitionCheck(t *testing.T) {
 			t.Errorf("%s: problems %q, want a problem: %v", expr, problems, wantProblem)
 		}
 	}
+}
+
+// unfilteredSelectors returns a problem for every selector of expr that
+// does not select both the dashboard's namespaces (namespace=~"$namespace")
+// and billing-consumer's job: without them a panel mixes namespaces, or
+// another job's series of the same name.
+func unfilteredSelectors(expr string) []string {
+	e, err := promQL().ParseExpr(expr)
+	if err != nil {
+		return nil // reported by checkExpr
+	}
+	var problems []string
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		vs, ok := n.(*parser.VectorSelector)
+		if !ok {
+			return nil
+		}
+		ns, job := false, false
+		for _, m := range vs.LabelMatchers {
+			ns = ns || (m.Name == "namespace" && m.Type == labels.MatchRegexp && m.Value == "$namespace")
+			job = job || (m.Name == "job" && m.Type == labels.MatchEqual && m.Value == "billing-consumer")
+		}
+		if !ns || !job {
+			problems = append(problems, fmt.Sprintf(`%s is not filtered by namespace=~"$namespace" and job="billing-consumer"`, vs.Name))
+		}
+		return nil
+	})
+	return problems
 }

@@ -35,9 +35,10 @@ const topicPartitions = 12
 // Settings the manifests must agree with (cmd/billing-consumer/config.go).
 const (
 	defaultShutdownTimeout = 30 * time.Second
-	// httpShutdown is serve.go's bound on the HTTP server's shutdown, which
-	// follows BILLING_SHUTDOWN_TIMEOUT.
-	httpShutdown  = 5 * time.Second
+	// httpShutdown is serve.go's bound on what follows
+	// BILLING_SHUTDOWN_TIMEOUT: background loops (3s), HTTP servers (3s)
+	// and the span flush (5s).
+	httpShutdown  = 11 * time.Second
 	defaultHTTP   = ":9090"
 	nonrootUID    = 65532
 	secretName    = "billing-consumer-secrets"
@@ -285,6 +286,10 @@ func checkPods(t *testing.T, b build) {
 				t.Errorf("%s: %s request and limit must both be set", where, r)
 			} else if req.Cmp(lim) > 0 {
 				t.Errorf("%s: %s request %s above its limit %s", where, r, req.String(), lim.String())
+			} else if r == corev1.ResourceMemory && req.Cmp(lim) != 0 {
+				// Memory is not compressible: a node that overcommits it
+				// OOM-kills the pods using more than their request first.
+				t.Errorf("%s: memory request %s below its limit %s; set them equal", where, req.String(), lim.String())
 			}
 		}
 		checkEnv(t, where, c, s)

@@ -280,34 +280,37 @@ func testSecretsNeverLeak(t *testing.T, b *secureBroker) {
 		fmt.Fprintf(&seen, "== %s\n%s", name, out.String())
 	}
 	// Startup errors, each with every secret configured.
-	exitsWith("run, database unreachable", []string{"run"}, "BILLING_DATABASE_URL=postgres://billing:"+dbPassword+"@127.0.0.1:1/x")
 	exitsWith("migrate, database unreachable", []string{"migrate"}, "BILLING_DATABASE_URL=postgres://billing:"+dbPassword+"@127.0.0.1:1/x")
 	exitsWith("migrate, URL unparsable", []string{"migrate"}, "BILLING_DATABASE_URL=postgres://billing:"+dbPassword+"@127.0.0.1:port/x")
 	exitsWith("run, wrong SASL password", []string{"run"}, "BILLING_KAFKA_SASL_PASSWORD="+wrongSASL)
 	exitsWith("dlq replay, broker unreachable", []string{"dlq", "replay"}, "BILLING_KAFKA_BROKERS="+kafkatest.FreePort(t))
 
-	// run with the broker unreachable: it keeps trying, unready, until
-	// stopped.
-	func() {
+	// run with the broker or the database unreachable: it keeps trying,
+	// unready, saying why, until stopped.
+	waitsUnready := func(name, why string, env ...string) {
+		t.Helper()
 		var out lockedBuffer
 		addr := kafkatest.FreePort(t)
-		p, err := harness.Start(w.bin, []string{"run"}, w.env(append(append([]string{}, secure...),
-			"BILLING_KAFKA_BROKERS="+kafkatest.FreePort(t), "BILLING_HTTP_ADDR="+addr)...), &out)
+		p, err := harness.Start(w.bin, []string{"run"}, w.env(append(append(append([]string{}, secure...), env...),
+			"BILLING_HTTP_ADDR="+addr)...), &out)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(p.Kill)
-		pollOps(t, 60*time.Second, "a warning about the unreachable broker", func() string {
-			if !strings.Contains(out.String(), "joining consumer group failed") {
-				return "not yet"
+		var ready string
+		pollOps(t, 60*time.Second, name+": /readyz to say "+why, func() string {
+			if _, ready = opsGet(t, "http://"+addr+"/readyz"); !strings.Contains(ready, why) {
+				return ready
 			}
 			return ""
 		})
-		_, ready := opsGet(t, "http://"+addr+"/readyz")
 		_, metrics := opsGet(t, "http://"+addr+"/metrics")
 		_ = p.Stop(30 * time.Second)
-		fmt.Fprintf(&seen, "== run, broker unreachable\n%s\n/readyz: %s\n/metrics:\n%s", out.String(), ready, metrics)
-	}()
+		fmt.Fprintf(&seen, "== %s\n%s\n/readyz: %s\n/metrics:\n%s", name, out.String(), ready, metrics)
+	}
+	waitsUnready("run, broker unreachable", "waiting for Kafka", "BILLING_KAFKA_BROKERS="+kafkatest.FreePort(t))
+	waitsUnready("run, database unreachable", "waiting for the database",
+		"BILLING_DATABASE_URL=postgres://billing:"+dbPassword+"@127.0.0.1:1/x")
 
 	// A wrong provider token: 401, a systemic pause, nothing dead-lettered.
 	func() {
@@ -348,7 +351,7 @@ func testSecretsNeverLeak(t *testing.T, b *secureBroker) {
 	var metrics string
 	pollOps(t, 30*time.Second, "the lag gauge, from the lag client over SASL_SSL", func() string {
 		_, metrics = opsGet(t, "http://"+addr+"/metrics")
-		if !regexp.MustCompile(`billing_kafka_consumer_lag\{partition="1",topic="` + w.topic + `"\} 0\n`).MatchString(metrics) {
+		if !regexp.MustCompile(`billing_kafka_consumer_lag\{group="[^"]+",partition="1",topic="` + w.topic + `"\} 0\n`).MatchString(metrics) {
 			return "no zero lag for partition 1 yet"
 		}
 		return ""

@@ -35,6 +35,9 @@ fi
 # go vet, staticcheck and govulncheck (scripts/lint.sh, also make lint)
 scripts/lint.sh
 go test -race -count=1 -timeout 30m "$@" ./...
+# promtool for deploy/'s alert-rule tests (installed when missing; with CI
+# set, TestPromtool fails rather than skips without it).
+echo "test.sh: $(scripts/promtool.sh)" >&2
 # deploy/ is a module of its own (Kubernetes and Prometheus dependencies
 # stay out of the service): manifests, overlays, PromQL, Dockerfile.
 (cd deploy && go vet ./... && go test -count=1 ./...)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -35,13 +36,13 @@ type config struct {
 	DLQReplayGroupID string `split_words:"true" desc:"consumer group of dlq replay on the dead-letter topic; its committed offsets let the next replay resume (empty: BILLING_KAFKA_GROUP_ID plus .dlq-replay)"`
 	DLQMaxReplays    int    `split_words:"true" default:"3" desc:"dlq replay refuses, and stops at, a record already replayed this many times (its dlq-replay-count header)"`
 
-	DatabaseURL     string `split_words:"true" secret:"true" desc:"pgx connection string, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full (required; or DATABASE_URL_FILE)"`
+	DatabaseURL     string `split_words:"true" secret:"true" desc:"pgx connection string, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full (required; or BILLING_DATABASE_URL_FILE)"`
 	DatabaseURLFile string `split_words:"true" desc:"file holding BILLING_DATABASE_URL (a mounted secret)"`
 	DBMaxConns      int32  `split_words:"true" default:"0" desc:"Postgres pool size; each in-flight transaction (one event, or a batch) holds a connection during its charges. 0: min(BILLING_CONCURRENCY, 28)+4, or BILLING_CONCURRENCY+4 without batching"`
 	BatchSize       int    `split_words:"true" default:"32" desc:"most events billed in one transaction (one commit, charges in parallel); events arriving together are batched while the connections are busy. 1 is one transaction per event"`
 
 	PaymentURL       string        `split_words:"true" desc:"base URL of the payment provider; charges go to {url}/payments/charge (required by run)"`
-	PaymentToken     string        `split_words:"true" secret:"true" desc:"bearer token for the payment provider (optional; or PAYMENT_TOKEN_FILE)"`
+	PaymentToken     string        `split_words:"true" secret:"true" desc:"bearer token for the payment provider (optional; or BILLING_PAYMENT_TOKEN_FILE)"`
 	PaymentTokenFile string        `split_words:"true" desc:"file holding BILLING_PAYMENT_TOKEN (a mounted secret)"`
 	PaymentTimeout   time.Duration `split_words:"true" default:"10s" desc:"timeout of one payment request, body included"`
 
@@ -65,7 +66,7 @@ type config struct {
 
 	OutageThreshold int `split_words:"true" default:"10" desc:"distinct events failing transiently in a row (no success between) that mean the provider or database is down: the service then pauses instead of dead-lettering; 0 disables"`
 
-	// Retry budget and outage detection by time (validated in validateRetryTime).
+	// Retry budget and outage detection by time (validated in validatePayment).
 	RetryBudget time.Duration `split_words:"true" default:"30m" desc:"how long the provider must have failed an event, while others succeed (time paused in an outage or waiting for another event's claim not counted), before it is dead-lettered as exhausted; 0: BILLING_MAX_ATTEMPTS alone decides. Must exceed BILLING_OUTAGE_AFTER"`
 	OutageAfter time.Duration `split_words:"true" default:"30s" desc:"how long transient failures may go on with no success at all before they mean the provider or database is down (however few events fail, e.g. at low traffic): the service then pauses instead of dead-lettering; 0 disables"`
 
@@ -73,10 +74,14 @@ type config struct {
 
 	DedupRetention       time.Duration `split_words:"true" default:"168h" desc:"how long processed_event rows are kept; older day partitions are dropped"`
 	DedupPartitionsAhead int           `split_words:"true" default:"3" desc:"days of processed_event partitions created ahead of today (at least 2)"`
-	DedupLockTimeout     time.Duration `split_words:"true" default:"2s" desc:"how long each lock wait of a partition-maintenance pass may last (an ATTACH, a DETACH CONCURRENTLY waiting for older transactions); none of them holds up billing, and a detach cut short is finished by the next pass"`
+	DedupLockTimeout     time.Duration `split_words:"true" default:"2s" desc:"how long a partition CREATE or DROP may wait for its table lock before the pass gives up"`
 	RetentionInterval    time.Duration `split_words:"true" default:"1h" desc:"interval of the running consumer's partition maintenance"`
 
 	LogLevel string `split_words:"true" default:"info" desc:"debug, info, warn or error"`
+
+	PprofAddr          string        `split_words:"true" desc:"listen address of net/http/pprof (/debug/pprof/), e.g. 127.0.0.1:6060; empty: off. Never the metrics port"`
+	StartupBackoffMax  time.Duration `split_words:"true" default:"30s" desc:"cap of the delay between two attempts to reach Postgres or Kafka while run waits for them at startup (unready)"`
+	DLQBacklogInterval time.Duration `split_words:"true" default:"1m" desc:"interval of the query of the dead-letter backlog (billing_dlq_records, billing_dlq_oldest_record_age_seconds)"`
 
 	// Transport security (security.go). KafkaTLSCaFile is spelled so for
 	// split_words: "KafkaTLSCAFile" would become KAFKA_TLSCA_FILE.
@@ -87,7 +92,7 @@ type config struct {
 	KafkaTLSServerName    string `split_words:"true" desc:"name verified in every broker's certificate (empty: the host of the address dialled)"`
 	KafkaSASLMechanism    string `split_words:"true" default:"none" desc:"SASL mechanism: none, plain (requires BILLING_KAFKA_TLS), scram-sha-256 or scram-sha-512"`
 	KafkaSASLUsername     string `split_words:"true" desc:"SASL user name (required with a mechanism)"`
-	KafkaSASLPassword     string `split_words:"true" secret:"true" desc:"SASL password (required with a mechanism; or KAFKA_SASL_PASSWORD_FILE)"`
+	KafkaSASLPassword     string `split_words:"true" secret:"true" desc:"SASL password (required with a mechanism; or BILLING_KAFKA_SASL_PASSWORD_FILE)"`
 	KafkaSASLPasswordFile string `split_words:"true" desc:"file holding BILLING_KAFKA_SASL_PASSWORD (a mounted secret)"`
 	PaymentCAFile         string `split_words:"true" desc:"PEM file of the CA certificates trusted for an https BILLING_PAYMENT_URL, instead of the system roots"`
 }
@@ -99,7 +104,7 @@ func loadConfig() (config, error) {
 	if err := envconfig.Process(envPrefix, &c); err != nil {
 		var pe *envconfig.ParseError
 		if errors.As(err, &pe) {
-			return c, fmt.Errorf("%s: cannot parse %q as %s", pe.KeyName, pe.Value, pe.TypeName)
+			return c, parseError{errors.New(strings.Join(parseErrors(), "; "))}
 		}
 		return c, err
 	}
@@ -108,17 +113,64 @@ func loadConfig() (config, error) {
 	for i, b := range c.KafkaBrokers {
 		c.KafkaBrokers[i] = strings.TrimSpace(b)
 	}
-	var err error
-	if c.DatabaseURL, err = secret("DATABASE_URL", c.DatabaseURL, c.DatabaseURLFile); err != nil {
-		return c, err
+	var errs []string
+	for _, sec := range []struct {
+		name        string
+		value, file *string
+	}{
+		{"DATABASE_URL", &c.DatabaseURL, &c.DatabaseURLFile},
+		{"PAYMENT_TOKEN", &c.PaymentToken, &c.PaymentTokenFile},
+		{"KAFKA_SASL_PASSWORD", &c.KafkaSASLPassword, &c.KafkaSASLPasswordFile},
+	} {
+		v, err := secret(sec.name, *sec.value, *sec.file)
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+		*sec.value = v
 	}
-	if c.PaymentToken, err = secret("PAYMENT_TOKEN", c.PaymentToken, c.PaymentTokenFile); err != nil {
-		return c, err
-	}
-	if c.KafkaSASLPassword, err = secret("KAFKA_SASL_PASSWORD", c.KafkaSASLPassword, c.KafkaSASLPasswordFile); err != nil {
-		return c, err
+	if len(errs) > 0 {
+		return c, errors.New(strings.Join(errs, "; "))
 	}
 	return c, nil
+}
+
+// parseErrors returns every variable envconfig cannot parse, each as
+// "NAME: cannot parse ...". envconfig.Process stops at the first, so each
+// field is processed alone, in a struct of its own with the same tags (and
+// so the same variable name).
+func parseErrors() []string {
+	var out []string
+	t := reflect.TypeFor[config]()
+	for i := range t.NumField() {
+		one := reflect.New(reflect.StructOf([]reflect.StructField{t.Field(i)}))
+		var pe *envconfig.ParseError
+		if err := envconfig.Process(envPrefix, one.Interface()); errors.As(err, &pe) {
+			out = append(out, fmt.Sprintf("%s: cannot parse %q as %s", pe.KeyName, pe.Value, pe.TypeName))
+		}
+	}
+	return out
+}
+
+// parseError is a variable envconfig could not parse: the struct is not
+// filled past it, so nothing else can be checked.
+type parseError struct{ error }
+
+// configFor reads the configuration and validates it for a command: every
+// problem at once (the secrets' files and the values), on one line. Only a
+// value envconfig cannot parse stops it at that variable.
+func configFor(n need) (config, error) {
+	c, err := loadConfig()
+	if errors.As(err, new(parseError)) {
+		return c, err
+	}
+	verr := c.validate(n)
+	switch {
+	case err != nil && verr != nil:
+		return c, fmt.Errorf("%w; %w", err, verr)
+	case err != nil:
+		return c, err
+	}
+	return c, verr
 }
 
 // secret returns value, or the trimmed content of file when file is set.
@@ -131,7 +183,7 @@ func secret(name, value, file string) (string, error) {
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return "", fmt.Errorf("%s_%s_FILE: %w", envPrefix, name, errors.Unwrap(err))
+		return "", fmt.Errorf("%s_%s_FILE: cannot read %s: %w", envPrefix, name, file, errors.Unwrap(err))
 	}
 	s := strings.TrimSpace(string(b))
 	if s == "" {
@@ -144,161 +196,190 @@ func secret(name, value, file string) (string, error) {
 // unless withoutDB says otherwise (dlq replay): the zero value stays safe.
 type need struct{ kafka, payment, withoutDB bool }
 
-// validate checks the settings a command uses. Each error names one
-// variable.
+// validate checks the settings a command uses and reports every problem
+// at once, on one line: each starts with the variable to fix, separated by
+// "; ", so one restart shows all that is wrong.
 func (c config) validate(n need) error {
-	v := func(name, format string, args ...any) error {
-		return fmt.Errorf("%s_%s: %s", envPrefix, name, fmt.Sprintf(format, args...))
+	var errs []string
+	v := func(name, format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		if name != "" {
+			msg = fmt.Sprintf("%s_%s: %s", envPrefix, name, msg)
+		}
+		errs = append(errs, msg)
 	}
 	if !n.withoutDB && c.DatabaseURL == "" {
-		return v("DATABASE_URL", "required (or BILLING_DATABASE_URL_FILE)")
-	}
-	if !n.withoutDB && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") &&
+		v("DATABASE_URL", "required (or BILLING_DATABASE_URL_FILE)")
+	} else if !n.withoutDB && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") &&
 		!strings.Contains(c.DatabaseURL, "=") {
-		return v("DATABASE_URL", "not a postgres:// URL or key=value connection string")
+		v("DATABASE_URL", "not a postgres:// URL or key=value connection string")
 	}
 	if c.DBMaxConns < 0 {
-		return v("DB_MAX_CONNS", "must be 0 (automatic) or positive, got %d", c.DBMaxConns)
+		v("DB_MAX_CONNS", "must be 0 (automatic) or positive, got %d", c.DBMaxConns)
 	}
 	if c.BatchSize < 1 || c.BatchSize > 1000 {
-		return v("BATCH_SIZE", "must be between 1 and 1000, got %d", c.BatchSize)
+		v("BATCH_SIZE", "must be between 1 and 1000, got %d", c.BatchSize)
 	}
 	if c.DBMaxConns > 0 && c.DBMaxConns <= reservedConns {
-		return v("DB_MAX_CONNS", "must be above %d (connections kept for maintenance and readiness), got %d", reservedConns, c.DBMaxConns)
+		v("DB_MAX_CONNS", "must be above %d (connections kept for maintenance and readiness), got %d", reservedConns, c.DBMaxConns)
 	}
 	if c.Concurrency < 1 || c.Concurrency > 4096 {
-		return v("CONCURRENCY", "must be between 1 and 4096, got %d", c.Concurrency)
+		v("CONCURRENCY", "must be between 1 and 4096, got %d", c.Concurrency)
 	}
 	if c.PartitionWindow < 1 || c.PartitionWindow > 1_000_000 {
-		return v("PARTITION_WINDOW", "must be between 1 and 1000000, got %d", c.PartitionWindow)
+		v("PARTITION_WINDOW", "must be between 1 and 1000000, got %d", c.PartitionWindow)
 	}
 	if c.DedupRetention < 24*time.Hour {
-		return v("DEDUP_RETENTION", "must be at least 24h (a redelivery may come a day late), got %s", c.DedupRetention)
+		v("DEDUP_RETENTION", "must be at least 24h (a redelivery may come a day late), got %s", c.DedupRetention)
 	}
 	if c.DedupPartitionsAhead < 2 || c.DedupPartitionsAhead > 60 {
-		return v("DEDUP_PARTITIONS_AHEAD", "must be between 2 and 60, got %d", c.DedupPartitionsAhead)
+		v("DEDUP_PARTITIONS_AHEAD", "must be between 2 and 60, got %d", c.DedupPartitionsAhead)
 	}
 	if c.DedupLockTimeout <= 0 {
-		return v("DEDUP_LOCK_TIMEOUT", "must be positive, got %s", c.DedupLockTimeout)
+		v("DEDUP_LOCK_TIMEOUT", "must be positive, got %s", c.DedupLockTimeout)
 	}
 	if c.RetentionInterval < time.Minute {
-		return v("RETENTION_INTERVAL", "must be at least 1m, got %s", c.RetentionInterval)
+		v("RETENTION_INTERVAL", "must be at least 1m, got %s", c.RetentionInterval)
 	}
 	if _, err := c.logLevel(); err != nil {
-		return v("LOG_LEVEL", "%v", err)
+		v("LOG_LEVEL", "%v", err)
 	}
 	if c.DBTimeout < 100*time.Millisecond {
-		return v("DB_TIMEOUT", "must be at least 100ms, got %s", c.DBTimeout)
+		v("DB_TIMEOUT", "must be at least 100ms, got %s", c.DBTimeout)
 	}
 	if c.CompleterInterval < 100*time.Millisecond {
-		return v("COMPLETER_INTERVAL", "must be at least 100ms, got %s", c.CompleterInterval)
+		v("COMPLETER_INTERVAL", "must be at least 100ms, got %s", c.CompleterInterval)
 	}
-	if c.CompleterAfter <= 0 || (n.payment && c.CompleterAfter <= c.PaymentTimeout) {
-		return v("COMPLETER_AFTER", "must be positive and above BILLING_PAYMENT_TIMEOUT (%s), got %s", c.PaymentTimeout, c.CompleterAfter)
+	if c.CompleterAfter <= 0 {
+		v("COMPLETER_AFTER", "must be positive, got %s", c.CompleterAfter)
 	}
 	if c.ClaimBlockAfter <= c.CompleterAfter {
-		return v("CLAIM_BLOCK_AFTER", "must exceed BILLING_COMPLETER_AFTER (%s), got %s", c.CompleterAfter, c.ClaimBlockAfter)
+		v("CLAIM_BLOCK_AFTER", "must exceed BILLING_COMPLETER_AFTER (%s), got %s", c.CompleterAfter, c.ClaimBlockAfter)
+	}
+	if c.StartupBackoffMax < time.Second || c.StartupBackoffMax > 10*time.Minute {
+		v("STARTUP_BACKOFF_MAX", "must be between 1s and 10m, got %s", c.StartupBackoffMax)
+	}
+	if c.PprofAddr != "" {
+		if _, _, err := net.SplitHostPort(c.PprofAddr); err != nil || c.PprofAddr == c.HTTPAddr {
+			v("PPROF_ADDR", "must be a host:port other than BILLING_HTTP_ADDR, got %q", c.PprofAddr)
+		}
 	}
 	if n.kafka {
-		if len(c.KafkaBrokers) == 0 {
-			return v("KAFKA_BROKERS", "required")
-		}
-		for _, b := range c.KafkaBrokers {
-			host, port, err := net.SplitHostPort(b)
-			if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
-				return v("KAFKA_BROKERS", "%q is not host:port", b)
-			}
-		}
-		for name, topic := range map[string]string{"KAFKA_TOPIC": c.KafkaTopic, "KAFKA_DLQ_TOPIC": c.KafkaDLQTopic} {
-			if topic == "" || len(topic) > 249 || strings.Trim(topic, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
-				return v(name, "%q is not a valid topic name", topic)
-			}
-		}
-		if c.KafkaTopic == c.KafkaDLQTopic {
-			return v("KAFKA_DLQ_TOPIC", "must differ from BILLING_KAFKA_TOPIC")
-		}
-		if c.KafkaGroupID == "" {
-			return v("KAFKA_GROUP_ID", "required")
-		}
-		if c.KafkaCommitInterval < 0 || c.KafkaCommitInterval > time.Minute {
-			return v("KAFKA_COMMIT_INTERVAL", "must be between 0s and 1m, got %s", c.KafkaCommitInterval)
-		}
-		if c.KafkaSessionTimeout < time.Second {
-			return v("KAFKA_SESSION_TIMEOUT", "must be at least 1s (brokers also enforce group.min.session.timeout.ms, 6s by default), got %s", c.KafkaSessionTimeout)
-		}
-		if c.DrainTimeout <= 0 || c.DrainTimeout >= c.KafkaRebalanceTimeout || c.DrainTimeout >= c.KafkaSessionTimeout {
-			return v("DRAIN_TIMEOUT", "must be positive and below BILLING_KAFKA_SESSION_TIMEOUT (%s) and BILLING_KAFKA_REBALANCE_TIMEOUT (%s), got %s",
-				c.KafkaSessionTimeout, c.KafkaRebalanceTimeout, c.DrainTimeout)
-		}
-		if c.ShutdownTimeout <= c.DrainTimeout {
-			return v("SHUTDOWN_TIMEOUT", "must exceed BILLING_DRAIN_TIMEOUT (%s), got %s", c.DrainTimeout, c.ShutdownTimeout)
-		}
-		if c.KafkaLagInterval < time.Second {
-			return v("KAFKA_LAG_INTERVAL", "must be at least 1s, got %s", c.KafkaLagInterval)
-		}
-		if err := c.validateKafkaSecurity(); err != nil {
-			return err
-		}
+		c.validateKafka(v)
+		c.validateDLQ(v)
 	}
 	if n.payment {
-		u, err := url.Parse(c.PaymentURL)
-		if c.PaymentURL == "" {
-			return v("PAYMENT_URL", "required")
-		}
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return v("PAYMENT_URL", "must be an absolute http or https URL")
-		}
-		if c.PaymentTimeout <= 0 {
-			return v("PAYMENT_TIMEOUT", "must be positive, got %s", c.PaymentTimeout)
-		}
-		if c.MaxAttempts < 1 || c.MaxAttempts > 100 {
-			return v("MAX_ATTEMPTS", "must be between 1 and 100, got %d", c.MaxAttempts)
-		}
-		if c.OutageThreshold < 0 || c.OutageThreshold > 10000 {
-			return v("OUTAGE_THRESHOLD", "must be between 0 and 10000, got %d", c.OutageThreshold)
-		}
-		if err := c.validateRetryTime(); err != nil {
-			return err
-		}
-		if c.RetryBackoff <= 0 {
-			return v("RETRY_BACKOFF", "must be positive, got %s", c.RetryBackoff)
-		}
-		if c.RetryBackoffMax < c.RetryBackoff {
-			return v("RETRY_BACKOFF_MAX", "must be at least BILLING_RETRY_BACKOFF (%s), got %s", c.RetryBackoff, c.RetryBackoffMax)
-		}
-		if c.PaymentCAFile != "" && u.Scheme != "https" {
-			return v("PAYMENT_CA_FILE", "set, but BILLING_PAYMENT_URL is not https")
-		}
+		c.validatePayment(v)
 	}
-	if n.kafka {
-		if c.DLQMaxReplays < 1 || c.DLQMaxReplays > 100 {
-			return v("DLQ_MAX_REPLAYS", "must be between 1 and 100, got %d", c.DLQMaxReplays)
-		}
-		// Joining the consumers' group with another topic would rebalance
-		// them, and replay would commit as if it were billing.
-		if c.dlqReplayGroup() == c.KafkaGroupID {
-			return v("DLQ_REPLAY_GROUP_ID", "must differ from BILLING_KAFKA_GROUP_ID")
-		}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
 }
 
-// validateRetryTime checks BILLING_RETRY_BUDGET and BILLING_OUTAGE_AFTER.
-// The budget must outlast the outage detection: an event failing alone at
-// low traffic must be seen as an outage, and pause, before it can be
-// exhausted.
-func (c config) validateRetryTime() error {
+// problem records one configuration error about BILLING_<name>; an empty
+// name means the message names its variables itself.
+type problem func(name, format string, args ...any)
+
+func (c config) validateKafka(v problem) {
+	if len(c.KafkaBrokers) == 0 {
+		v("KAFKA_BROKERS", "required")
+	}
+	for _, b := range c.KafkaBrokers {
+		host, port, err := net.SplitHostPort(b)
+		if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
+			v("KAFKA_BROKERS", "%q is not host:port", b)
+			break
+		}
+	}
+	for _, nt := range [][2]string{{"KAFKA_TOPIC", c.KafkaTopic}, {"KAFKA_DLQ_TOPIC", c.KafkaDLQTopic}} {
+		name, topic := nt[0], nt[1]
+		if topic == "" || len(topic) > 249 || strings.Trim(topic, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
+			v(name, "%q is not a valid topic name", topic)
+		}
+	}
+	if c.KafkaTopic == c.KafkaDLQTopic && c.KafkaTopic != "" {
+		v("KAFKA_DLQ_TOPIC", "must differ from BILLING_KAFKA_TOPIC")
+	}
+	if c.KafkaGroupID == "" {
+		v("KAFKA_GROUP_ID", "required")
+	}
+	if c.KafkaCommitInterval < 0 || c.KafkaCommitInterval > time.Minute {
+		v("KAFKA_COMMIT_INTERVAL", "must be between 0s and 1m, got %s", c.KafkaCommitInterval)
+	}
+	if c.KafkaSessionTimeout < time.Second {
+		v("KAFKA_SESSION_TIMEOUT", "must be at least 1s (brokers also enforce group.min.session.timeout.ms, 6s by default), got %s", c.KafkaSessionTimeout)
+	}
+	if c.DrainTimeout <= 0 || c.DrainTimeout >= c.KafkaRebalanceTimeout || c.DrainTimeout >= c.KafkaSessionTimeout {
+		v("DRAIN_TIMEOUT", "must be positive and below BILLING_KAFKA_SESSION_TIMEOUT (%s) and BILLING_KAFKA_REBALANCE_TIMEOUT (%s), got %s",
+			c.KafkaSessionTimeout, c.KafkaRebalanceTimeout, c.DrainTimeout)
+	}
+	if c.ShutdownTimeout <= c.DrainTimeout {
+		v("SHUTDOWN_TIMEOUT", "must exceed BILLING_DRAIN_TIMEOUT (%s), got %s", c.DrainTimeout, c.ShutdownTimeout)
+	}
+	if c.KafkaLagInterval < time.Second {
+		v("KAFKA_LAG_INTERVAL", "must be at least 1s, got %s", c.KafkaLagInterval)
+	}
+	if c.DLQBacklogInterval < time.Second {
+		v("DLQ_BACKLOG_INTERVAL", "must be at least 1s, got %s", c.DLQBacklogInterval)
+	}
+	if err := c.validateKafkaSecurity(); err != nil {
+		v("", "%s", err.Error())
+	}
+}
+
+func (c config) validatePayment(v problem) {
+	u, err := url.Parse(c.PaymentURL)
+	if c.PaymentURL == "" {
+		v("PAYMENT_URL", "required")
+	} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		v("PAYMENT_URL", "must be an absolute http or https URL")
+	}
+	if c.PaymentTimeout <= 0 {
+		v("PAYMENT_TIMEOUT", "must be positive, got %s", c.PaymentTimeout)
+	}
+	if c.MaxAttempts < 1 || c.MaxAttempts > 100 {
+		v("MAX_ATTEMPTS", "must be between 1 and 100, got %d", c.MaxAttempts)
+	}
+	if c.OutageThreshold < 0 || c.OutageThreshold > 10000 {
+		v("OUTAGE_THRESHOLD", "must be between 0 and 10000, got %d", c.OutageThreshold)
+	}
+	if c.RetryBackoff <= 0 {
+		v("RETRY_BACKOFF", "must be positive, got %s", c.RetryBackoff)
+	}
+	if c.RetryBackoff > 0 && c.RetryBackoffMax < c.RetryBackoff {
+		v("RETRY_BACKOFF_MAX", "must be at least BILLING_RETRY_BACKOFF (%s), got %s", c.RetryBackoff, c.RetryBackoffMax)
+	}
+	if c.PaymentCAFile != "" && (u == nil || u.Scheme != "https") {
+		v("PAYMENT_CA_FILE", "set, but BILLING_PAYMENT_URL is not https")
+	}
+	if c.CompleterAfter > 0 && c.CompleterAfter <= c.PaymentTimeout {
+		v("COMPLETER_AFTER", "must be above BILLING_PAYMENT_TIMEOUT (%s), got %s", c.PaymentTimeout, c.CompleterAfter)
+	}
+	// The budget must outlast the outage detection: an event failing alone
+	// at low traffic must be seen as an outage, and pause, before it can be
+	// exhausted.
 	if c.RetryBudget < 0 || c.RetryBudget > 24*time.Hour {
-		return fmt.Errorf("%s_RETRY_BUDGET: must be between 0s and 24h, got %s", envPrefix, c.RetryBudget)
+		v("RETRY_BUDGET", "must be between 0s and 24h, got %s", c.RetryBudget)
 	}
 	if c.OutageAfter < 0 || c.OutageAfter > time.Hour {
-		return fmt.Errorf("%s_OUTAGE_AFTER: must be between 0s and 1h, got %s", envPrefix, c.OutageAfter)
+		v("OUTAGE_AFTER", "must be between 0s and 1h, got %s", c.OutageAfter)
 	}
 	if c.RetryBudget > 0 && c.OutageAfter > 0 && c.RetryBudget <= c.OutageAfter {
-		return fmt.Errorf("%s_RETRY_BUDGET: must exceed BILLING_OUTAGE_AFTER (%s), or an event failing alone is exhausted before the outage is seen, got %s",
-			envPrefix, c.OutageAfter, c.RetryBudget)
+		v("RETRY_BUDGET", "must exceed BILLING_OUTAGE_AFTER (%s), or an event failing alone is exhausted before the outage is seen, got %s",
+			c.OutageAfter, c.RetryBudget)
 	}
-	return nil
+}
+
+func (c config) validateDLQ(v problem) {
+	if c.DLQMaxReplays < 1 || c.DLQMaxReplays > 100 {
+		v("DLQ_MAX_REPLAYS", "must be between 1 and 100, got %d", c.DLQMaxReplays)
+	}
+	// Joining the consumers' group with another topic would rebalance
+	// them, and replay would commit as if it were billing.
+	if c.dlqReplayGroup() == c.KafkaGroupID {
+		v("DLQ_REPLAY_GROUP_ID", "must differ from BILLING_KAFKA_GROUP_ID")
+	}
 }
 
 // dbMaxConns is the pool size: BILLING_DB_MAX_CONNS, or when it is 0 enough

@@ -11,13 +11,7 @@ import (
 )
 
 // loadAndValidate is what `run` does before touching the network.
-func loadAndValidate() (config, error) {
-	cfg, err := loadConfig()
-	if err != nil {
-		return cfg, err
-	}
-	return cfg, cfg.validate(need{kafka: true, payment: true})
-}
+func loadAndValidate() (config, error) { return configFor(need{kafka: true, payment: true}) }
 
 func TestConfigDefaults(t *testing.T) {
 	setEnv(t, validEnv)
@@ -337,7 +331,13 @@ func TestSecretsNeverInErrorsOrOutput(t *testing.T) {
 				"BILLING_PAYMENT_TOKEN": token,
 			}, env)
 			var stdout, stderr bytes.Buffer
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			// run waits for an unreachable database (unready) until it
+			// is stopped: it then says what it was waiting for.
+			limit := 30 * time.Second
+			if tt.args[0] == "run" {
+				limit = 3 * time.Second
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), limit)
 			defer cancel()
 			err := run(ctx, tt.args, &stdout, &stderr)
 			if err == nil {
@@ -352,5 +352,29 @@ func TestSecretsNeverInErrorsOrOutput(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Every problem at once: two unparsable values, or a secret file that
+// cannot be read and two invalid values, are all named in one line, each
+// with its variable (and the path, for the file).
+func TestConfigErrorsAllAtOnce(t *testing.T) {
+	setEnv(t, validEnv, map[string]string{"BILLING_CONCURRENCY": "many", "BILLING_PAYMENT_TIMEOUT": "10"})
+	_, err := configFor(need{kafka: true, payment: true})
+	if err == nil || !strings.Contains(err.Error(), "BILLING_CONCURRENCY: cannot parse") || !strings.Contains(err.Error(), "BILLING_PAYMENT_TIMEOUT: cannot parse") {
+		t.Errorf("two unparsable values: %v, want both named", err)
+	}
+	missing := filepath.Join(t.TempDir(), "no-such-token")
+	setEnv(t, validEnv, map[string]string{"BILLING_PAYMENT_TOKEN_FILE": missing, "BILLING_MAX_ATTEMPTS": "0", "BILLING_KAFKA_BROKERS": "k"})
+	_, err = configFor(need{kafka: true, payment: true})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	msg := err.Error()
+	checkConfigError(t, msg, "BILLING_PAYMENT_TOKEN_FILE")
+	for _, want := range []string{"BILLING_PAYMENT_TOKEN_FILE: cannot read " + missing, "BILLING_MAX_ATTEMPTS:", "BILLING_KAFKA_BROKERS:"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q lacks %q", msg, want)
+		}
 	}
 }

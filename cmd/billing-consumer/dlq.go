@@ -6,23 +6,28 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"slices"
 	"text/tabwriter"
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
+	"github.com/billing-consumer/billing-consumer/internal/kafkaconn"
 )
 
-// dlqCommand is `billing-consumer dlq <subcommand>`; replay is the only
-// one.
+// dlqCommand is `billing-consumer dlq <subcommand>`: replay, list or
+// inspect.
 func dlqCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("dlq: missing subcommand (replay) (%w)", errUsage)
+		return fmt.Errorf("dlq: missing subcommand (replay, list or inspect) (%w)", errUsage)
 	}
-	if args[0] != "replay" {
-		return fmt.Errorf("dlq: unknown subcommand %q (%w)", args[0], errUsage)
+	switch args[0] {
+	case "replay":
+		return dlqReplay(ctx, args[1:], stdout, stderr)
+	case "list", "inspect":
+		return dlqBrowse(ctx, args[0], args[1:], stdout, stderr)
 	}
-	return dlqReplay(ctx, args[1:], stdout, stderr)
+	return fmt.Errorf("dlq: unknown subcommand %q (%w)", args[0], errUsage)
 }
 
 // dlqReplay is `billing-consumer dlq replay [--max N] [--dry-run]
@@ -38,19 +43,8 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	cfg, err := loadConfig()
+	cfg, kconns, logger, err := kafkaCommand(ctx, stderr)
 	if err != nil {
-		return err
-	}
-	if err := cfg.validate(need{kafka: true, withoutDB: true}); err != nil {
-		return err
-	}
-	kconns, err := kafkaConns(cfg)
-	if err != nil {
-		return err
-	}
-	logger := newLogger(cfg, stderr)
-	if err := checkKafka(ctx, kconns, cfg, logger); err != nil {
 		return err
 	}
 	r, err := dlq.NewReplayer(dlq.ReplayConfig{
@@ -151,4 +145,23 @@ func (c config) dlqReplayGroup() string {
 		return c.DLQReplayGroupID
 	}
 	return c.KafkaGroupID + ".dlq-replay"
+}
+
+// kafkaCommand reads the configuration of a command that needs Kafka only
+// (the dlq commands) and checks the brokers accept the service's TLS and
+// SASL settings.
+func kafkaCommand(ctx context.Context, stderr io.Writer) (config, *kafkaconn.Conns, *slog.Logger, error) {
+	cfg, err := configFor(need{kafka: true, withoutDB: true})
+	if err != nil {
+		return cfg, nil, nil, err
+	}
+	kconns, err := kafkaConns(cfg)
+	if err != nil {
+		return cfg, nil, nil, err
+	}
+	logger := newLogger(cfg, stderr)
+	if err := checkKafka(ctx, kconns, cfg, logger); err != nil {
+		return cfg, nil, nil, err
+	}
+	return cfg, kconns, logger, nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
+	"github.com/billing-consumer/billing-consumer/internal/tracing"
 )
 
 // Set by the linker: -X main.version=... -X main.commit=...
@@ -112,11 +113,8 @@ func withDB(ctx context.Context, args []string, name string, stderr io.Writer,
 	if err := noFlags(name, args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig()
+	cfg, err := configFor(need{})
 	if err != nil {
-		return err
-	}
-	if err := cfg.validate(need{}); err != nil {
 		return err
 	}
 	logger := newLogger(cfg, stderr)
@@ -130,13 +128,15 @@ func withDB(ctx context.Context, args []string, name string, stderr io.Writer,
 
 func newLogger(cfg config, w io.Writer) *slog.Logger {
 	level, _ := cfg.logLevel() // validated
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	// Lines logged inside a span (the pipeline's, per event) carry its
+	// trace_id and span_id.
+	return slog.New(tracing.LogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})))
 }
 
-// openPool connects to BILLING_DATABASE_URL. Its errors never include the
-// URL, which may hold a password: pgx's connect errors name only host,
-// user and database.
-func openPool(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
+// newPool makes the pool of BILLING_DATABASE_URL without connecting: run
+// waits for the database itself (see startup), while it serves /healthz.
+// Its errors never include the URL, which may hold a password.
+func newPool(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, errors.New("BILLING_DATABASE_URL: not a valid connection string")
@@ -146,11 +146,23 @@ func openPool(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
+	return pool, nil
+}
+
+// openPool is newPool, then one ping, for the one-shot commands: they
+// fail at once when the database is unreachable. pgx's connect errors name
+// only host, user and database.
+func openPool(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
+	pool, err := newPool(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
 	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to database %s:%d/%s: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, err)
+		cc := pool.Config().ConnConfig
+		return nil, fmt.Errorf("connect to database %s:%d/%s: %w", cc.Host, cc.Port, cc.Database, err)
 	}
 	return pool, nil
 }
@@ -173,6 +185,12 @@ Usage:
                                                   republish dead-lettered records (R: invalid, permanent, conflict
                                                   or exhausted) to the source topic from where the last replay
                                                   stopped, print a summary and exit; -h for details
+  billing-consumer dlq list [--reason R] [--since D|T] [--order ID] [--json]
+                                                  one line per dead-lettered record (where, why, which order,
+                                                  whether replay has passed it), read with the service's
+                                                  Kafka TLS/SASL settings; changes nothing
+  billing-consumer dlq inspect [--reason R] [--since D|T] [--order ID] [--json]
+                                                  the same records in full: headers, key and value
   billing-consumer reconcile [--older-than D] [--dry-run]
                                                   settle the pending ledger claims older than D (default
                                                   BILLING_COMPLETER_AFTER) by re-sending their stored request
@@ -180,7 +198,9 @@ Usage:
   billing-consumer help                           this text
   billing-consumer version                        version, commit and Go version
 
-Environment (secrets may also be given as <VARIABLE>_FILE):
+Environment. The secrets may instead be read from a mounted file named by
+  BILLING_DATABASE_URL_FILE, BILLING_PAYMENT_TOKEN_FILE or
+  BILLING_KAFKA_SASL_PASSWORD_FILE (one of each pair, not both):
 
 `)
 	if err := printUsage(w); err != nil {

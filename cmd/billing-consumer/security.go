@@ -96,11 +96,11 @@ func kafkaConns(cfg config) (*kafkaconn.Conns, error) {
 	return conns, err
 }
 
-// checkKafka connects once to the brokers, TLS and SASL included, before
-// the clients start: a rejected password or certificate is a configuration
-// error, reported as one line naming the variables to check, instead of a
-// consumer that retries forever. A broker that cannot be reached is only
-// logged: the clients retry, and it may be restarting.
+// checkKafka connects once to the brokers, TLS and SASL included, before a
+// one-shot command's clients start: a rejected password or certificate is
+// a configuration error, reported as one line naming the variables to
+// check, instead of a client that retries forever. A broker that cannot be
+// reached is only logged: the clients retry, and it may be restarting.
 func checkKafka(ctx context.Context, conns *kafkaconn.Conns, cfg config, logger *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -109,14 +109,22 @@ func checkKafka(ctx context.Context, conns *kafkaconn.Conns, cfg config, logger 
 	if !errors.As(err, &ce) {
 		return err
 	}
+	if ce.Kind == kafkaconn.Unreachable {
+		logger.Warn("kafka not reachable at startup; the clients keep retrying", "err", err)
+		return nil
+	}
+	return kafkaCheckError(err, ce)
+}
+
+// kafkaCheckError adds to a refused connection the variables to check.
+func kafkaCheckError(err error, ce *kafkaconn.CheckError) error {
 	switch ce.Kind {
 	case kafkaconn.AuthFailed:
 		return fmt.Errorf("%w (check BILLING_KAFKA_SASL_MECHANISM, BILLING_KAFKA_SASL_USERNAME and BILLING_KAFKA_SASL_PASSWORD)", err)
 	case kafkaconn.TLSFailed:
 		return fmt.Errorf("%w (check BILLING_KAFKA_TLS, BILLING_KAFKA_TLS_CA_FILE, BILLING_KAFKA_TLS_SERVER_NAME and the client certificate)", err)
 	}
-	logger.Warn("kafka not reachable at startup; the clients keep retrying", "err", err)
-	return nil
+	return err
 }
 
 // paymentTLS is the TLS configuration of the payment client: nil (the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -19,6 +20,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -418,7 +420,8 @@ func TestRunOverTLSAndSASL(t *testing.T) {
 	})
 	// The lag gauge comes from the lag client, the committed offset 2 from
 	// the group: both through TLS and SASL.
-	lag := fmt.Sprintf(`billing_kafka_consumer_lag{partition="0",topic=%q} 0`, topic)
+	group := cmp.Or(os.Getenv("BILLING_KAFKA_GROUP_ID"), "billing-order-confirmed")
+	lag := fmt.Sprintf(`billing_kafka_consumer_lag{group=%q,partition="0",topic=%q} 0`, group, topic)
 	poll(t, 60*time.Second, lag, func() bool {
 		_, body := httpGet("http://" + addr + "/metrics")
 		return strings.Contains(body, lag+"\n") && strings.Contains(body, `billing_dlq_total{reason="invalid"} 1`+"\n")

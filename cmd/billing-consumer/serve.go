@@ -5,273 +5,174 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
-	"github.com/billing-consumer/billing-consumer/internal/metrics"
-	"github.com/billing-consumer/billing-consumer/internal/payment"
-	"github.com/billing-consumer/billing-consumer/internal/pipeline"
-	"github.com/billing-consumer/billing-consumer/internal/tracing"
 )
 
-// serve is `billing-consumer run`: consume until ctx is cancelled, then shut
-// down in order: stop fetching and drain in-flight events (bounded by
-// BILLING_DRAIN_TIMEOUT), commit, leave the group, stop the background
-// loops and the HTTP server, close the DLQ writer and the pool. The whole
-// shutdown is bounded by BILLING_SHUTDOWN_TIMEOUT.
+// serve is `billing-consumer run`: read and check the configuration, build
+// the service, run it until ctx ends, release it.
+//
+// Why run and serve take no getenv (CONVENTIONS' run(ctx, args, getenv,
+// ...)): the configuration is read by envconfig, which reads the process
+// environment itself (os.LookupEnv) and takes no lookup function, and so
+// does the OpenTelemetry SDK for its OTEL_* variables. A getenv parameter
+// would be a promise the code does not keep; tests set the environment
+// with t.Setenv instead. newService and Run take the config struct, so
+// everything below the configuration is testable without an environment.
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := noFlags("run", args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig()
+	cfg, err := configFor(need{kafka: true, payment: true})
 	if err != nil {
 		return err
 	}
-	if err := cfg.validate(need{kafka: true, payment: true}); err != nil {
-		return err
-	}
-	kconns, err := kafkaConns(cfg)
+	s, err := newService(ctx, cfg, stderr)
 	if err != nil {
 		return err
 	}
-	payTLS, err := paymentTLS(cfg)
-	if err != nil {
-		return err
-	}
-	logger := newLogger(cfg, stderr)
+	defer s.Close()
+	return s.Run(ctx)
+}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.New(reg)
+// loop is a background loop Run owns: it runs until its context ends.
+type loop struct {
+	name string
+	run  func(context.Context)
+}
 
-	// Spans are exported only when OTEL_EXPORTER_OTLP_ENDPOINT is set; an
-	// incoming traceparent is propagated either way. Flushed last, so the
-	// drain's spans go too.
-	tp, stopTracing, err := tracing.Setup(ctx, os.Getenv, logger, "billing-consumer", version)
-	if err != nil {
-		return err
+// loops are the background loops Run starts once the service is ready,
+// before it joins the consumer group, and stops after the consumer has
+// drained.
+func (s *service) loops() []loop {
+	cfg := s.cfg
+	client := &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second}
+	return []loop{
+		{"dedup maintenance", func(ctx context.Context) {
+			maintainer(cfg, s.pool, s.logger).Run(ctx, cfg.RetentionInterval, func(p dedup.Pass) { s.m.DedupPass(p.Partitions) })
+		}},
+		{"lag", func(ctx context.Context) {
+			consumer.WatchLag(ctx, client, cfg.KafkaTopic, cfg.KafkaGroupID, cfg.KafkaLagInterval, s.logger,
+				s.m.Lag(cfg.KafkaTopic, cfg.KafkaGroupID, 3*cfg.KafkaLagInterval, time.Now))
+		}},
+		{"ledger completer", func(ctx context.Context) {
+			completer(cfg, s.pool, s.payer, s.logger).Run(ctx, cfg.CompleterInterval, func(u billing.Unsettled) {
+				s.m.LedgerClaims.WithLabelValues("pending").Set(float64(u.Pending))
+				s.m.LedgerClaims.WithLabelValues("blocked").Set(float64(u.Blocked))
+				s.m.LedgerOldestPending.Set(u.OldestPending.Seconds())
+			})
+		}},
+		{"dlq backlog", func(ctx context.Context) {
+			dlq.WatchBacklog(ctx, client, cfg.KafkaDLQTopic, cfg.dlqReplayGroup(), cfg.DLQBacklogInterval, s.logger,
+				func(b dlq.Backlog) { s.m.DLQBacklog(b.Records, b.Oldest, b.Retention, time.Now()) })
+		}},
 	}
-	defer func() {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := stopTracing(tctx); err != nil {
-			logger.Warn("flushing spans at shutdown", "err", err)
-		}
-	}()
-	tracer, propagator := tp.Tracer(tracing.ScopeName), tracing.Propagator()
+}
 
-	pool, err := openPool(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+// Run serves /healthz at once, waits (unready, saying why) until the
+// database answers with an up-to-date schema, one dedup maintenance pass
+// has succeeded and Kafka answers, then starts the background loops and the
+// consumer, and consumes until ctx ends. Shutdown: the consumer drains and
+// commits (bounded by BILLING_SHUTDOWN_TIMEOUT), the loops stop (3s), the
+// HTTP servers shut down (3s), then Close flushes spans (5s): 11s past
+// BILLING_SHUTDOWN_TIMEOUT at worst. Every goroutine Run started has
+// returned when it returns, except a consumer past its bound, which Close
+// waits for. Run is called once.
+func (s *service) Run(ctx context.Context) error {
+	var servers sync.WaitGroup
+	s.startServers(&servers)
+	defer s.stopServers(ctx, &servers)
+	s.logger.Info("billing-consumer started", "version", version, "topic", s.cfg.KafkaTopic, "group", s.cfg.KafkaGroupID,
+		"dlq_topic", s.cfg.KafkaDLQTopic, "http_addr", s.ln.Addr().String())
 
-	payer, err := payment.New(payment.Config{
-		BaseURL:  cfg.PaymentURL,
-		Token:    cfg.PaymentToken,
-		Timeout:  cfg.PaymentTimeout,
-		MaxConns: cfg.Concurrency,
-		Observe: func(code string, elapsed time.Duration) {
-			m.PaymentRequests.WithLabelValues(code).Inc()
-			m.PaymentDuration.Observe(elapsed.Seconds())
-		},
-		Proxy: http.ProxyFromEnvironment,
-		TLS:   payTLS,
-
-		Propagator: propagator,
-		Tracer:     tracer,
-	})
-	if err != nil {
-		return err
-	}
-	defer payer.CloseIdleConnections()
-
-	if err := checkKafka(ctx, kconns, cfg, logger); err != nil {
-		return err
-	}
-	transport := kconns.Transport // TLS and SASL; one pool for the DLQ writer and the lag client
-	dlqWriter, err := dlq.NewWriter(dlq.WriterConfig{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaDLQTopic, GroupID: cfg.KafkaGroupID,
-		Transport: transport, Now: time.Now,
-	})
-	if err != nil {
-		return err
-	}
-	defer dlqWriter.Close()
-
-	svc, err := billing.New(billing.Config{DB: pool, Charger: payer, Group: cfg.KafkaGroupID,
-		Now: time.Now, Logger: logger, DBTimeout: cfg.DBTimeout})
-	if err != nil {
-		return err
-	}
-	var biller pipeline.Biller = svc
-	if cfg.BatchSize > 1 {
-		batcher := billing.NewBatcher(svc, cfg.BatchSize,
-			int(cfg.dbMaxConns())-reservedConns, func(n int) { m.BatchSize.Observe(float64(n)) })
-		defer batcher.Close() // after the consumer has drained
-		biller = batcher
-	}
-	handler, err := pipeline.New(pipeline.Config{
-		Biller:          biller,
-		DLQ:             dlqWriter,
-		Metrics:         m,
-		Logger:          logger,
-		Now:             time.Now,
-		MaxAttempts:     cfg.MaxAttempts,
-		OutageThreshold: cfg.OutageThreshold,
-		RetryBudget:     cfg.RetryBudget,
-		OutageAfter:     cfg.OutageAfter,
-		BackoffBase:     cfg.RetryBackoff,
-		BackoffMax:      cfg.RetryBackoffMax,
-		Tracer:          tracer,
-		Propagator:      propagator,
-	})
-	if err != nil {
-		return err
-	}
-	topic := cfg.KafkaTopic
-	cons, err := consumer.New(consumer.Config{
-		Brokers:          cfg.KafkaBrokers,
-		Topic:            topic,
-		GroupID:          cfg.KafkaGroupID,
-		Dialer:           kconns.Dialer,
-		Concurrency:      cfg.Concurrency,
-		PartitionWindow:  cfg.PartitionWindow,
-		CommitInterval:   cfg.KafkaCommitInterval,
-		DrainTimeout:     cfg.DrainTimeout,
-		SessionTimeout:   cfg.KafkaSessionTimeout,
-		RebalanceTimeout: cfg.KafkaRebalanceTimeout,
-		Logger:           logger,
-		OnCommit: func(partition int, offset int64, fetched []time.Time) {
-			m.CommittedOffset.WithLabelValues(topic, strconv.Itoa(partition)).Set(float64(offset))
-			now := time.Now()
-			for _, t := range fetched {
-				m.EventDuration.Observe(now.Sub(t).Seconds())
-			}
-		},
-	}, handler.Handle)
-	if err != nil {
+	if err := s.startup(ctx); err != nil {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("BILLING_HTTP_ADDR: %w", err)
+	bg, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLoops()
+	var loops sync.WaitGroup
+	for _, l := range s.loops() {
+		loops.Go(func() { l.run(bg) })
 	}
-	srv := &http.Server{
-		Handler:           opsHandler(reg, readiness(pool, cons, handler)),
-		ReadHeaderTimeout: 5 * time.Second,
-	}
+	defer s.bounded("background loops", 3*time.Second, &loops, stopLoops)
 
-	// Background loops, each owned here and waited for before return.
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("http server", "err", err)
-		}
-	})
-	wg.Go(func() {
-		maintainer(cfg, pool, logger).Run(bg, cfg.RetentionInterval, func(p dedup.Pass) {
-			m.DedupPartitions.Set(float64(p.Partitions))
-		})
-	})
-	wg.Go(func() {
-		completer(cfg, pool, payer, logger).Run(bg, cfg.CompleterInterval, func(u billing.Unsettled) {
-			m.LedgerClaims.WithLabelValues("pending").Set(float64(u.Pending))
-			m.LedgerClaims.WithLabelValues("blocked").Set(float64(u.Blocked))
-			m.LedgerOldestPending.Set(u.OldestPending.Seconds())
-		})
-	})
-	wg.Go(func() {
-		client := &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: transport, Timeout: 10 * time.Second}
-		consumer.WatchLag(bg, client, topic, cfg.KafkaGroupID, cfg.KafkaLagInterval, logger, func(lags []consumer.PartitionLag) {
-			for _, l := range lags {
-				p := strconv.Itoa(l.Partition)
-				m.ConsumerLag.WithLabelValues(topic, p).Set(float64(l.Lag))
-				if l.Committed >= 0 {
-					m.CommittedOffset.WithLabelValues(topic, p).Set(float64(l.Committed))
-				}
-			}
-		})
-	})
-
-	logger.Info("billing-consumer started", "version", version, "topic", topic, "group", cfg.KafkaGroupID,
-		"dlq_topic", cfg.KafkaDLQTopic, "http_addr", ln.Addr().String())
+	s.logger.Info("billing-consumer ready, joining the consumer group")
+	s.ready.set("")
+	s.consumerStarted = true
 	runErr := make(chan error, 1)
-	go func() { runErr <- cons.Run(ctx) }()
-
+	go func() {
+		defer close(s.consumerDone)
+		runErr <- s.consume(ctx)
+	}()
 	var consErr error
 	select {
 	case consErr = <-runErr:
 	case <-ctx.Done():
-		logger.Info("shutdown requested, draining")
+		s.logger.Info("shutdown requested, draining")
 		select {
 		case consErr = <-runErr:
-		case <-time.After(cfg.ShutdownTimeout):
+		case <-time.After(s.cfg.ShutdownTimeout):
 			consErr = errors.New("shutdown timed out: in-flight events abandoned, they will be redelivered")
 		}
 	}
-	stopBG()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	wg.Wait()
 	if consErr != nil {
 		return fmt.Errorf("consumer: %w", consErr)
 	}
-	logger.Info("billing-consumer stopped cleanly")
+	s.logger.Info("billing-consumer stopped cleanly")
 	return nil
 }
 
-// opsHandler serves /metrics from reg, /healthz (the process answers:
-// never a dependency check, or a database outage would restart every pod)
-// and /readyz (ready() == nil).
-func opsHandler(reg *prometheus.Registry, ready func(context.Context) error) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := ready(ctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
+// startServers serves the ops endpoints (and pprof) from now on, each in a
+// goroutine counted in wg.
+func (s *service) startServers(wg *sync.WaitGroup) {
+	wg.Go(func() {
+		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("http server", "err", err)
 		}
-		fmt.Fprintln(w, "ready")
 	})
-	return mux
+	if s.pprofSrv != nil {
+		wg.Go(func() {
+			if err := s.pprofSrv.Serve(s.pprofLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.logger.Error("pprof server", "err", err)
+			}
+		})
+		s.logger.Info("pprof listening", "addr", s.pprofLn.Addr().String())
+	}
 }
 
-// readiness is ready when the database answers, the consumer is a group
-// member, and no event is waiting out a systemic failure.
-func readiness(pool *pgxpool.Pool, cons *consumer.Consumer, h *pipeline.Handler) func(context.Context) error {
-	return func(ctx context.Context) error {
-		if err := pool.Ping(ctx); err != nil {
-			return errors.New("database unreachable")
+// stopServers shuts the HTTP servers down, bounded, and waits for them.
+func (s *service) stopServers(ctx context.Context, wg *sync.WaitGroup) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(sctx)
+	if s.pprofSrv != nil {
+		_ = s.pprofSrv.Shutdown(sctx)
+	}
+	s.bounded("http servers", time.Second, wg, func() {
+		_ = s.srv.Close()
+		if s.pprofSrv != nil {
+			_ = s.pprofSrv.Close()
 		}
-		if !cons.Joined() {
-			return errors.New("not a consumer group member")
-		}
-		if h.Stalled() {
-			return errors.New("paused by a systemic failure")
-		}
-		return nil
+	})
+}
+
+// bounded calls stop, then waits for wg at most d, logging what it left.
+func (s *service) bounded(what string, d time.Duration, wg *sync.WaitGroup, stop func()) {
+	stop()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		s.logger.Error("shutdown step timed out", "step", what, "after", d.String())
 	}
 }

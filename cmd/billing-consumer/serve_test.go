@@ -147,7 +147,7 @@ func TestRunEndToEnd(t *testing.T) {
 		_, body := httpGet(base + "/metrics")
 		return strings.Contains(body, line+"\n")
 	}
-	want := fmt.Sprintf(`billing_kafka_committed_offset{partition="0",topic=%q} 3`, topic)
+	want := fmt.Sprintf(`billing_kafka_committed_offset{group=%q,partition="0",topic=%q} 3`, group, topic)
 	poll(t, 60*time.Second, want, func() bool { return metric(want) })
 	for _, line := range []string{
 		`billing_events_total{result="charged"} 1`,

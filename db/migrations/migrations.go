@@ -9,9 +9,14 @@ package migrations
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"strconv"
+	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -42,4 +47,31 @@ func Up(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (int, erro
 		logger.Info("migration applied", "version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration.String())
 	}
 	return len(results), nil
+}
+
+// Versions returns the schema version the database has (the highest
+// applied migration, 0 before the first) and the latest this binary
+// embeds. It only reads: a database that was never migrated has no goose
+// table and is at version 0.
+func Versions(ctx context.Context, pool *pgxpool.Pool) (current, latest int64, err error) {
+	names, err := fs.Glob(files, "*.sql")
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, n := range names {
+		v, err := strconv.ParseInt(n[:strings.IndexByte(n, '_')], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("migration file %s: no version prefix", n)
+		}
+		latest = max(latest, v)
+	}
+	err = pool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&current)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" /* undefined_table */ {
+		return 0, latest, nil
+	}
+	if err != nil {
+		return 0, latest, fmt.Errorf("schema version: %w", err)
+	}
+	return current, latest, nil
 }

@@ -197,7 +197,7 @@ func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed,
 			wg.Go(func() {
 				res, err := s.charge(ctx, ev, created[k], true)
 				if errors.Is(err, dedup.ErrNoPartition) {
-					s.logger.Warn("event outside dedup partitions, ledger decides", "event_id", ev.EventID, "order_id", ev.OrderID)
+					s.logger.WarnContext(ctx, "event outside dedup partitions, ledger decides", "event_id", ev.EventID, "order_id", ev.OrderID)
 					res, err = s.charge(ctx, ev, created[k], false)
 					res.DedupBypassed = true
 				}

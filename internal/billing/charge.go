@@ -208,7 +208,7 @@ func (s *Service) settleFailed(ctx context.Context, evs []events.OrderConfirmed,
 		case definiteRefusal(err) && created[i]:
 			release = append(release, ev)
 		case definiteRefusal(err):
-			s.logger.Warn("charge refused, but an earlier attempt created the claim: left pending for the completer",
+			s.logger.WarnContext(ctx, "charge refused, but an earlier attempt created the claim: left pending for the completer",
 				"order_id", ev.OrderID, "event_id", ev.EventID, "err", err)
 		}
 	}

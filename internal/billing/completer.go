@@ -231,7 +231,7 @@ func (c *Completer) Run(ctx context.Context, interval time.Duration, onPass func
 	for {
 		rep, err := c.RunOnce(ctx, PassOptions{})
 		if err != nil && ctx.Err() == nil {
-			c.Logger.Error("completer pass failed", "err", err)
+			c.Logger.ErrorContext(ctx, "completer pass failed", "err", err)
 		}
 		if onPass != nil && (err == nil || len(rep.Settled) > 0 || rep.Unsettled != (Unsettled{})) {
 			onPass(rep.Unsettled)

@@ -186,7 +186,7 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 		default:
 			out[i] = claimed{res: Result{Outcome: outcome}, err: err}
 			if outcome == DuplicateOrder {
-				s.logger.Info("order already charged by another event", "event_id", ev.EventID,
+				s.logger.InfoContext(ctx, "order already charged by another event", "event_id", ev.EventID,
 					"order_id", ev.OrderID, "charged_by", row.EventID)
 			}
 		}
@@ -274,14 +274,14 @@ func (s *Service) settleRefused(ctx context.Context, release, block []events.Ord
 		wctx, cancel := s.detached(ctx)
 		defer cancel()
 		if _, err := s.db.Exec(wctx, sql, append([]any{orders, ids}, args...)...); err != nil {
-			s.logger.Warn("claim left pending: settling it failed", "orders", orders, "err", err)
+			s.logger.WarnContext(ctx, "claim left pending: settling it failed", "orders", orders, "err", err)
 		}
 	}
 	run(releaseSQL, release)
 	for _, ev := range block {
 		// One statement each: the reason is the event's own.
 		run(blockSQL, []events.OrderConfirmed{ev}, why[ev.EventID])
-		s.logger.Error("ledger claim blocked: an operator must decide", "order_id", ev.OrderID,
+		s.logger.ErrorContext(ctx, "ledger claim blocked: an operator must decide", "order_id", ev.OrderID,
 			"event_id", ev.EventID, "reason", why[ev.EventID])
 	}
 }

@@ -70,9 +70,9 @@ type Config struct {
 
 	Logger *slog.Logger
 	// OnCommit, when set, is called after each successful commit of a
-	// partition with the committed offset and the fetch times of the
-	// messages it newly covers. Partitions call it concurrently.
-	OnCommit func(partition int, offset int64, fetched []time.Time)
+	// partition with the committed offset and the timings of the messages
+	// it newly covers. Partitions call it concurrently.
+	OnCommit func(partition int, offset int64, covered []Timing)
 }
 
 // Consumer is a consumer group member. Run it once.

@@ -55,13 +55,18 @@ func TestConsumesEverythingAndCommitsToEnd(t *testing.T) {
 	h := newHandled()
 	var commitMu sync.Mutex
 	commits := map[int][]int64{}
-	commitFetched := 0
+	commitFetched, commitUntimed := 0, 0
 	cfg := env.config(t)
-	cfg.OnCommit = func(partition int, offset int64, fetched []time.Time) {
+	cfg.OnCommit = func(partition int, offset int64, fetched []Timing) {
 		commitMu.Lock()
 		defer commitMu.Unlock()
 		commits[partition] = append(commits[partition], offset)
 		commitFetched += len(fetched)
+		for _, tm := range fetched {
+			if tm.Produced.IsZero() || tm.Fetched.IsZero() {
+				commitUntimed++
+			}
+		}
 	}
 	r := startConsumer(t, cfg, func(ctx context.Context, msg kafka.Message) error {
 		h.add(msg)
@@ -100,6 +105,9 @@ func TestConsumesEverythingAndCommitsToEnd(t *testing.T) {
 	}
 	if total := h.count(); commitFetched != total {
 		t.Errorf("OnCommit reported %d fetch times, want one per handled record (%d)", commitFetched, total)
+	}
+	if commitUntimed > 0 {
+		t.Errorf("OnCommit reported %d records without a record timestamp or fetch time", commitUntimed)
 	}
 }
 

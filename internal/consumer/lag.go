@@ -82,20 +82,9 @@ func GroupLag(ctx context.Context, client *kafka.Client, topic, group string) ([
 		return nil, err
 	}
 	ids := slices.Sorted(maps.Keys(bounds))
-	committed, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ids}})
+	com, err := CommittedOffsets(ctx, client, group, topic, ids)
 	if err != nil {
-		return nil, fmt.Errorf("committed offsets of %s: %w", group, err)
-	}
-	// A group that never committed is "not found" on some brokers (kfake)
-	// and has offset -1 on others: both mean nothing committed.
-	if committed.Error != nil && !errors.Is(committed.Error, kafka.GroupIdNotFound) {
-		return nil, fmt.Errorf("committed offsets of %s: %w", group, committed.Error)
-	}
-	com := map[int]int64{}
-	for _, po := range committed.Topics[topic] {
-		if po.Error == nil {
-			com[po.Partition] = po.CommittedOffset
-		}
+		return nil, err
 	}
 	out := make([]PartitionLag, 0, len(ids))
 	for _, id := range ids {
@@ -112,10 +101,33 @@ func GroupLag(ctx context.Context, client *kafka.Client, topic, group string) ([
 	return out, nil
 }
 
+// CommittedOffsets asks the brokers for group's committed offsets of the
+// partitions ids of topic. A partition without a committed offset is
+// absent or -1: a group that never committed is "not found" on some
+// brokers (kfake) and has offset -1 on others, and both mean nothing
+// committed.
+func CommittedOffsets(ctx context.Context, client *kafka.Client, group, topic string, ids []int) (map[int]int64, error) {
+	res, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ids}})
+	if err != nil {
+		return nil, fmt.Errorf("committed offsets of %s: %w", group, err)
+	}
+	if res.Error != nil && !errors.Is(res.Error, kafka.GroupIdNotFound) {
+		return nil, fmt.Errorf("committed offsets of %s: %w", group, res.Error)
+	}
+	out := map[int]int64{}
+	for _, po := range res.Topics[topic] {
+		if po.Error == nil {
+			out[po.Partition] = po.CommittedOffset
+		}
+	}
+	return out, nil
+}
+
 // WatchLag calls GroupLag every interval until ctx ends and hands each
-// answer to report. Failures are logged at most once a minute.
+// answer, or its error, to report (never the error of ctx ending).
+// Failures are logged at most once a minute.
 func WatchLag(ctx context.Context, client *kafka.Client, topic, group string, interval time.Duration,
-	logger *slog.Logger, report func([]PartitionLag)) {
+	logger *slog.Logger, report func([]PartitionLag, error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var lastLogged time.Time
@@ -123,10 +135,11 @@ func WatchLag(ctx context.Context, client *kafka.Client, topic, group string, in
 		qctx, cancel := context.WithTimeout(ctx, interval)
 		lags, err := GroupLag(qctx, client, topic, group)
 		cancel()
-		switch {
-		case err == nil:
-			report(lags)
-		case ctx.Err() == nil && time.Since(lastLogged) > time.Minute:
+		if ctx.Err() != nil {
+			return
+		}
+		report(lags, err)
+		if err != nil && time.Since(lastLogged) > time.Minute {
 			logger.Warn("consumer lag unavailable", "err", err)
 			lastLogged = time.Now()
 		}

@@ -114,7 +114,11 @@ func TestWatchLag(t *testing.T) {
 	go func() {
 		defer close(returned)
 		WatchLag(ctx, env.client, env.topic, env.group, 50*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)),
-			func(l []PartitionLag) {
+			func(l []PartitionLag, err error) {
+				if err != nil {
+					t.Errorf("lag query: %v", err)
+					return
+				}
 				select {
 				case reports <- l:
 				default:

@@ -24,31 +24,35 @@ type offsets struct {
 }
 
 type pendingMsg struct {
-	offset  int64
-	fetched time.Time
-	done    bool
+	offset int64
+	timing Timing
+	done   bool
 }
+
+// Timing is when a message was produced (its record timestamp) and when it
+// was fetched, for the histograms observed when its offset is committed.
+type Timing struct{ Produced, Fetched time.Time }
 
 func newOffsets() *offsets { return &offsets{next: -1, committed: -1} }
 
 // fetched records a message that was read; offsets must increase.
-func (o *offsets) fetched(offset int64, at time.Time) {
-	o.pending = append(o.pending, pendingMsg{offset: offset, fetched: at})
+func (o *offsets) fetched(offset int64, at Timing) {
+	o.pending = append(o.pending, pendingMsg{offset: offset, timing: at})
 }
 
-// done marks offset complete and returns the fetch times of the messages
-// that thereby joined the committable prefix (for the fetch-to-commit
-// latency histogram; observed when the commit succeeds).
-func (o *offsets) done(offset int64) []time.Time {
+// done marks offset complete and returns the timings of the messages that
+// thereby joined the committable prefix (for the fetch-to-commit and
+// event-age histograms; observed when the commit succeeds).
+func (o *offsets) done(offset int64) []Timing {
 	if i, found := slices.BinarySearchFunc(o.pending, offset, func(p pendingMsg, off int64) int {
 		return cmp.Compare(p.offset, off)
 	}); found {
 		o.pending[i].done = true
 	}
-	var advanced []time.Time
+	var advanced []Timing
 	i := 0
 	for ; i < len(o.pending) && o.pending[i].done; i++ {
-		advanced = append(advanced, o.pending[i].fetched)
+		advanced = append(advanced, o.pending[i].timing)
 		o.next = o.pending[i].offset + 1
 	}
 	o.pending = o.pending[i:]

@@ -13,10 +13,10 @@ func fetchTime(o int64) time.Time {
 	return time.Unix(1_700_000_000, 0).Add(time.Duration(o) * time.Second)
 }
 
-func offsetsOf(times []time.Time) []int64 {
+func offsetsOf(times []Timing) []int64 {
 	var out []int64
 	for _, at := range times {
-		out = append(out, int64(at.Sub(fetchTime(0))/time.Second))
+		out = append(out, int64(at.Fetched.Sub(fetchTime(0))/time.Second))
 	}
 	return out
 }
@@ -128,7 +128,7 @@ func TestOffsets(t *testing.T) {
 				switch {
 				case step.fetch != nil:
 					for _, f := range step.fetch {
-						o.fetched(f, fetchTime(f))
+						o.fetched(f, Timing{Fetched: fetchTime(f)})
 					}
 				case step.done != nil:
 					advanced = offsetsOf(o.done(*step.done))
@@ -166,7 +166,7 @@ func TestOffsetsRandomCompletion(t *testing.T) {
 		}
 		o := newOffsets()
 		for _, f := range fetched {
-			o.fetched(f, fetchTime(f))
+			o.fetched(f, Timing{Fetched: fetchTime(f)})
 		}
 		isDone := map[int64]bool{}
 		var handedOut []int64

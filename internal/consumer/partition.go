@@ -97,7 +97,7 @@ type partitionState struct {
 	work      context.Context
 
 	offs        *offsets
-	uncommitted []time.Time // fetch times of messages done since the last commit
+	uncommitted []Timing // of the messages done since the last commit
 	// keys holds, for each key with a message running, the messages of
 	// that key waiting behind it, in offset order.
 	keys map[string][]kafka.Message
@@ -135,7 +135,7 @@ func (p *partitionState) run(fetched <-chan kafka.Message, tick <-chan time.Time
 		if !ok || p.stop.Err() != nil {
 			return false // never start a message after the partition was revoked
 		}
-		p.offs.fetched(msg.Offset, time.Now())
+		p.offs.fetched(msg.Offset, Timing{Produced: msg.Time, Fetched: time.Now()})
 		k, ordered := orderKey(msg)
 		if !ordered {
 			p.ready = append(p.ready, msg)

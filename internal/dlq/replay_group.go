@@ -148,19 +148,9 @@ func (run *replayRun) generation(ctx context.Context, gen *kafka.Generation) err
 func (run *replayRun) dryRun(ctx context.Context) error {
 	topic := run.r.cfg.DLQTopic
 	ids := slices.Sorted(maps.Keys(run.bounds))
-	res, err := run.r.client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: run.r.cfg.GroupID, Topics: map[string][]int{topic: ids}})
+	committed, err := consumer.CommittedOffsets(ctx, run.r.client, run.r.cfg.GroupID, topic, ids)
 	if err != nil {
-		return fmt.Errorf("committed offsets of %s: %w", run.r.cfg.GroupID, err)
-	}
-	// A group that never committed is "not found" on some brokers.
-	if res.Error != nil && !errors.Is(res.Error, kafka.GroupIdNotFound) {
-		return fmt.Errorf("committed offsets of %s: %w", run.r.cfg.GroupID, res.Error)
-	}
-	committed := map[int]int64{}
-	for _, po := range res.Topics[topic] {
-		if po.Error == nil {
-			committed[po.Partition] = po.CommittedOffset
-		}
+		return err
 	}
 	for _, id := range ids {
 		from, ok := committed[id]

@@ -6,7 +6,11 @@
 // grow with the traffic.
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"runtime"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics holds the collectors. Its fields are safe for concurrent use.
 type Metrics struct {
@@ -21,10 +25,34 @@ type Metrics struct {
 	PaymentRequests *prometheus.CounterVec
 	// PaymentDuration is the time of one payment request.
 	PaymentDuration prometheus.Histogram
-	// ConsumerLag is log-end offset minus the group's committed offset.
+	// ConsumerLag is log-end offset minus the group's committed offset,
+	// by topic, group and partition (kafka_exporter's and kminion's
+	// consumer-group labels). Every replica reports every partition.
 	ConsumerLag *prometheus.GaugeVec
-	// CommittedOffset is the group's committed offset.
+	// CommittedOffset is the group's committed offset, by topic, group and
+	// partition.
 	CommittedOffset *prometheus.GaugeVec
+	// LogEndOffset is the offset the next record of a partition will get,
+	// by topic and partition: beside CommittedOffset, it tells a consumer
+	// that falls behind from a producer that speeds up.
+	LogEndOffset *prometheus.GaugeVec
+	// LagLastSuccess is the Unix time of the last lag query the brokers
+	// answered; 0 until the first. Lag older than a few intervals is
+	// removed (see Lag), so it is never mistaken for real lag.
+	LagLastSuccess prometheus.Gauge
+	// EventAge is the time from a record's timestamp (when it was
+	// produced) to the commit of its offset.
+	EventAge prometheus.Histogram
+	// DLQRecords is the number of dead-letter records the replay group has
+	// not yet consumed (replayed or skipped).
+	DLQRecords prometheus.Gauge
+	// DLQOldestAge is the age of the oldest of them, 0 when there is none.
+	DLQOldestAge prometheus.Gauge
+	// DLQRetention is the dead-letter topic's retention.ms in seconds, 0
+	// when unknown or unlimited: an alert compares DLQOldestAge with it.
+	DLQRetention prometheus.Gauge
+	// BuildInfo is 1, labelled with the version, commit and Go version.
+	BuildInfo *prometheus.GaugeVec
 	// DedupPartitions is the number of processed_event partitions.
 	DedupPartitions prometheus.Gauge
 	// DedupBypassed counts events whose UUIDv7 time fell outside every
@@ -43,8 +71,9 @@ type Metrics struct {
 	LedgerOldestPending prometheus.Gauge
 }
 
-// New creates the collectors and registers them on reg.
-func New(reg prometheus.Registerer) *Metrics {
+// New creates the collectors and registers them on reg. version and commit
+// label billing_build_info.
+func New(reg prometheus.Registerer, version, commit string) *Metrics {
 	m := &Metrics{
 		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "billing_events_total", Help: "Events finished, by result (charged, duplicate, duplicate_order, dlq).",
@@ -65,10 +94,32 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		ConsumerLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "billing_kafka_consumer_lag", Help: "Log-end offset minus the consumer group's committed offset.",
-		}, []string{"topic", "partition"}),
+		}, []string{"topic", "group", "partition"}),
 		CommittedOffset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "billing_kafka_committed_offset", Help: "The consumer group's committed offset.",
+		}, []string{"topic", "group", "partition"}),
+		LogEndOffset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "billing_kafka_log_end_offset", Help: "The offset the next record of the partition will get.",
 		}, []string{"topic", "partition"}),
+		LagLastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_kafka_lag_last_success_timestamp_seconds", Help: "Unix time of the last consumer-lag query the brokers answered; 0 before the first.",
+		}),
+		EventAge: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "billing_event_age_seconds", Help: "Time from a record's timestamp to the commit of its offset.",
+			Buckets: []float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 6 * 3600, 24 * 3600},
+		}),
+		DLQRecords: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_dlq_records", Help: "Dead-letter records not yet consumed by dlq replay.",
+		}),
+		DLQOldestAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_dlq_oldest_record_age_seconds", Help: "Age of the oldest dead-letter record not yet consumed by dlq replay; 0 when none.",
+		}),
+		DLQRetention: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_dlq_retention_seconds", Help: "retention.ms of the dead-letter topic in seconds; 0 when unknown or unlimited.",
+		}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "billing_build_info", Help: "Always 1; the labels say which build runs.",
+		}, []string{"version", "commit", "goversion"}),
 		DedupPartitions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "billing_dedup_partitions", Help: "Number of processed_event partitions.",
 		}),
@@ -98,11 +149,21 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"invalid", "permanent", "conflict", "exhausted"} {
 		m.DLQ.WithLabelValues(r)
 	}
+	for _, k := range RetryKinds {
+		m.Retries.WithLabelValues(k)
+	}
 	for _, s := range []string{"pending", "blocked"} {
 		m.LedgerClaims.WithLabelValues(s)
 	}
+	// Payment answers the rules and the dashboard count: a restarted
+	// instance with only duplicates to process still exports them.
+	for _, c := range PaymentCodes {
+		m.PaymentRequests.WithLabelValues(c)
+	}
+	m.BuildInfo.WithLabelValues(version, commit, runtime.Version()).Set(1)
 	reg.MustRegister(m.Events, m.DLQ, m.EventDuration, m.PaymentRequests, m.PaymentDuration,
-		m.ConsumerLag, m.CommittedOffset, m.DedupPartitions, m.DedupBypassed, m.Retries, m.BatchSize,
-		m.LedgerClaims, m.LedgerOldestPending)
+		m.ConsumerLag, m.CommittedOffset, m.LogEndOffset, m.LagLastSuccess, m.EventAge,
+		m.DedupPartitions, m.DedupBypassed, m.Retries, m.BatchSize,
+		m.LedgerClaims, m.LedgerOldestPending, m.DLQRecords, m.DLQOldestAge, m.DLQRetention, m.BuildInfo)
 	return m
 }

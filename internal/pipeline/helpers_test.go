@@ -119,7 +119,7 @@ func newEnv(t *testing.T, biller *fakeBiller, dl *fakeDLQ, edit func(*Config)) *
 		dl = &fakeDLQ{}
 	}
 	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
+	m := metrics.New(reg, "test", "test")
 	cfg := Config{
 		Biller:      biller,
 		DLQ:         dl,

@@ -194,7 +194,7 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 			w.stalled = false
 			h.stalled.Add(-1)
 			w.systemic = h.backoff()
-			h.cfg.Logger.Info("systemic failure over, event resumed", "event_id", ev.EventID)
+			h.cfg.Logger.InfoContext(ctx, "systemic failure over, event resumed", "event_id", ev.EventID)
 		}
 		if err == nil {
 			spanOutcome(ctx, string(res.Outcome), b.attempts+1)
@@ -229,7 +229,7 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 		}
 		h.cfg.Metrics.Retries.WithLabelValues(kind.String()).Inc()
 		spanRetry(ctx, kind)
-		h.cfg.Logger.Warn("event failed, retrying", "event_id", ev.EventID, "order_id", ev.OrderID,
+		h.cfg.Logger.WarnContext(ctx, "event failed, retrying", "event_id", ev.EventID, "order_id", ev.OrderID,
 			"attempt", b.attempts, "failing_for", b.spent, "err", err)
 		if err := sleep(ctx, w.transient); err != nil {
 			return err
@@ -250,14 +250,14 @@ func (h *Handler) wait(ctx context.Context, ev events.OrderConfirmed, kind fault
 	h.cfg.Metrics.Retries.WithLabelValues(kind.String()).Inc()
 	spanRetry(ctx, kind)
 	if kind == fault.Busy {
-		h.cfg.Logger.Info("order claimed by another event, waiting", "event_id", ev.EventID, "order_id", ev.OrderID, "err", err)
+		h.cfg.Logger.InfoContext(ctx, "order claimed by another event, waiting", "event_id", ev.EventID, "order_id", ev.OrderID, "err", err)
 		return sleep(ctx, w.busy)
 	}
 	if !w.stalled {
 		w.stalled = true
 		h.stalled.Add(1)
 	}
-	h.cfg.Logger.Error("systemic failure, pausing this event", "event_id", ev.EventID, "err", err)
+	h.cfg.Logger.ErrorContext(ctx, "systemic failure, pausing this event", "event_id", ev.EventID, "err", err)
 	return sleep(ctx, w.systemic)
 }
 
@@ -281,7 +281,7 @@ func (h *Handler) deadLetter(ctx context.Context, msg kafka.Message, ev *events.
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		h.cfg.Logger.Error("dead-letter write failed, retrying", "partition", msg.Partition, "offset", msg.Offset, "err", err)
+		h.cfg.Logger.ErrorContext(ctx, "dead-letter write failed, retrying", "partition", msg.Partition, "offset", msg.Offset, "err", err)
 		if err := sleep(ctx, b); err != nil {
 			return err
 		}
@@ -294,7 +294,7 @@ func (h *Handler) deadLetter(ctx context.Context, msg kafka.Message, ev *events.
 	if ev != nil {
 		attrs = append(attrs, "event_id", ev.EventID, "order_id", ev.OrderID)
 	}
-	h.cfg.Logger.Warn("record dead-lettered", attrs...)
+	h.cfg.Logger.WarnContext(ctx, "record dead-lettered", attrs...)
 	return nil
 }
 

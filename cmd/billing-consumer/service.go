@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/billing-consumer/billing-consumer/internal/billing"
+	"github.com/billing-consumer/billing-consumer/internal/consumer"
+	"github.com/billing-consumer/billing-consumer/internal/dlq"
+	"github.com/billing-consumer/billing-consumer/internal/kafkaconn"
+	"github.com/billing-consumer/billing-consumer/internal/metrics"
+	"github.com/billing-consumer/billing-consumer/internal/payment"
+	"github.com/billing-consumer/billing-consumer/internal/pipeline"
+	"github.com/billing-consumer/billing-consumer/internal/tracing"
+)
+
+// service is `billing-consumer run`, in the shape of wtf's Main: newService
+// builds every part without waiting for a dependency (the pool and the
+// Kafka clients connect lazily), Run starts, owns and waits for every
+// goroutine, and Close releases the parts in the reverse order of their
+// construction. Nothing here reads the environment: cfg is given.
+type service struct {
+	cfg    config
+	logger *slog.Logger
+	reg    *prometheus.Registry
+	m      *metrics.Metrics
+	kconns *kafkaconn.Conns
+
+	pool     *pgxpool.Pool
+	payer    *payment.Client
+	handler  *pipeline.Handler
+	consumer *consumer.Consumer
+	consume  func(context.Context) error // consumer.Run; a test may replace it
+
+	ready    *readiness
+	ln       net.Listener
+	srv      *http.Server
+	pprofLn  net.Listener // nil unless BILLING_PPROF_ADDR is set
+	pprofSrv *http.Server
+
+	// consumerDone is closed when the consumer goroutine, once started
+	// (consumerStarted), has returned; Close waits for it before it
+	// releases what the consumer uses.
+	consumerDone    chan struct{}
+	consumerStarted bool
+	// closers release the parts, run last to first by Close.
+	closers []func()
+}
+
+// newService builds the service of cfg (validated for run). On error it
+// has released whatever it had built.
+func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, err error) {
+	s := &service{cfg: cfg, logger: newLogger(cfg, stderr), ready: newReadiness(), consumerDone: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if s.kconns, err = kafkaConns(cfg); err != nil {
+		return nil, err
+	}
+	payTLS, err := paymentTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.m = metrics.New(s.reg, version, commit)
+
+	tracer, propagator, err := s.setupTracing(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	if s.pool, err = newPool(ctx, cfg); err != nil {
+		return nil, err
+	}
+	s.onClose(s.pool.Close)
+
+	payer, err := payment.New(payment.Config{
+		BaseURL: cfg.PaymentURL, Token: cfg.PaymentToken, Timeout: cfg.PaymentTimeout, MaxConns: cfg.Concurrency,
+		Observe: s.m.Payment, Proxy: http.ProxyFromEnvironment, TLS: payTLS,
+		Propagator: propagator, Tracer: tracer,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.onClose(payer.CloseIdleConnections)
+
+	dlqWriter, err := dlq.NewWriter(dlq.WriterConfig{
+		Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaDLQTopic, GroupID: cfg.KafkaGroupID,
+		Transport: s.kconns.Transport, Now: time.Now,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.onClose(func() { _ = dlqWriter.Close() })
+
+	s.payer = payer
+	svc, err := billing.New(billing.Config{DB: s.pool, Charger: payer, Group: cfg.KafkaGroupID,
+		Now: time.Now, Logger: s.logger, DBTimeout: cfg.DBTimeout})
+	if err != nil {
+		return nil, err
+	}
+	var biller pipeline.Biller = svc
+	if cfg.BatchSize > 1 {
+		batcher := billing.NewBatcher(svc, cfg.BatchSize, int(cfg.dbMaxConns())-reservedConns, s.m.Batch)
+		s.onClose(batcher.Close) // after the consumer has drained
+		biller = batcher
+	}
+	if s.handler, err = pipeline.New(pipeline.Config{
+		Biller: biller, DLQ: dlqWriter, Metrics: s.m, Logger: s.logger, Now: time.Now,
+		MaxAttempts: cfg.MaxAttempts, OutageThreshold: cfg.OutageThreshold,
+		RetryBudget: cfg.RetryBudget, OutageAfter: cfg.OutageAfter,
+		BackoffBase: cfg.RetryBackoff, BackoffMax: cfg.RetryBackoffMax,
+		Tracer: tracer, Propagator: propagator,
+	}); err != nil {
+		return nil, err
+	}
+	if s.consumer, err = consumer.New(consumer.Config{
+		Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, GroupID: cfg.KafkaGroupID, Dialer: s.kconns.Dialer,
+		Concurrency: cfg.Concurrency, PartitionWindow: cfg.PartitionWindow, CommitInterval: cfg.KafkaCommitInterval,
+		DrainTimeout: cfg.DrainTimeout, SessionTimeout: cfg.KafkaSessionTimeout, RebalanceTimeout: cfg.KafkaRebalanceTimeout,
+		Logger:   s.logger,
+		OnCommit: s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now),
+	}, s.handler.Handle); err != nil {
+		return nil, err
+	}
+	s.consume = s.consumer.Run
+	if err := s.listen(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// listen opens the listeners of the ops endpoints and, when configured,
+// of pprof: an address in use is a configuration error, reported before
+// anything runs.
+func (s *service) listen() error {
+	ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("BILLING_HTTP_ADDR: %w", err)
+	}
+	s.ln = ln
+	s.onClose(func() { _ = ln.Close() }) // Serve closes it too; a second Close is harmless
+	s.srv = &http.Server{Handler: opsHandler(s.reg, s.readyCheck), ReadHeaderTimeout: 5 * time.Second}
+	if s.cfg.PprofAddr == "" {
+		return nil
+	}
+	pln, err := net.Listen("tcp", s.cfg.PprofAddr)
+	if err != nil {
+		return fmt.Errorf("BILLING_PPROF_ADDR: %w", err)
+	}
+	s.pprofLn = pln
+	s.onClose(func() { _ = pln.Close() })
+	s.pprofSrv = &http.Server{Handler: pprofHandler(), ReadHeaderTimeout: 5 * time.Second}
+	return nil
+}
+
+// setupTracing starts the span exporter; Close flushes it last, so the
+// drain's spans go too. Spans are exported only when
+// OTEL_EXPORTER_OTLP_ENDPOINT is set; an incoming traceparent is
+// propagated either way. The OTEL_* variables are the SDK's own, read with
+// os.Getenv as envconfig reads BILLING_*.
+func (s *service) setupTracing(ctx context.Context) (trace.Tracer, propagation.TextMapPropagator, error) {
+	tp, stopTracing, err := tracing.Setup(ctx, os.Getenv, s.logger, "billing-consumer", version)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.onClose(func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(tctx); err != nil {
+			s.logger.Warn("flushing spans at shutdown", "err", err)
+		}
+	})
+	return tp.Tracer(tracing.ScopeName), tracing.Propagator(), nil
+}
+
+func (s *service) onClose(f func()) { s.closers = append(s.closers, f) }
+
+// Close releases the parts in reverse order: the batcher before the DLQ
+// writer before the pool, the span exporter last. If the consumer
+// goroutine outlived Run's shutdown bound, Close waits for it a little
+// longer and, should it still run, leaves the parts it uses to the
+// process exit rather than close them under it. Close is called once.
+func (s *service) Close() {
+	if s.consumerStarted {
+		select {
+		case <-s.consumerDone:
+		default:
+			select {
+			case <-s.consumerDone:
+			case <-time.After(5 * time.Second):
+				s.logger.Error("the consumer is still running after the shutdown bound; its resources are left to the process exit")
+				return
+			}
+		}
+	}
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}

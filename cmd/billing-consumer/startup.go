@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/billing-consumer/billing-consumer/db/migrations"
+	"github.com/billing-consumer/billing-consumer/internal/kafkaconn"
+)
+
+// readiness holds why the service is not ready yet ("" once startup is
+// done); /readyz reports it.
+type readiness struct{ reason atomic.Pointer[string] }
+
+func newReadiness() *readiness {
+	r := &readiness{}
+	r.set("starting")
+	return r
+}
+
+func (r *readiness) set(reason string) { r.reason.Store(&reason) }
+func (r *readiness) get() string       { return *r.reason.Load() }
+
+// readyCheck is /readyz: not ready while starting up (with the step it
+// waits for), then ready when the database answers, the consumer is a
+// group member, and no event is waiting out a systemic failure.
+func (s *service) readyCheck(ctx context.Context) error {
+	if r := s.ready.get(); r != "" {
+		return errors.New(r)
+	}
+	if err := s.pool.Ping(ctx); err != nil {
+		return errors.New("database unreachable")
+	}
+	if !s.consumer.Joined() {
+		return errors.New("not a consumer group member")
+	}
+	if s.handler.Stalled() {
+		return errors.New("paused by a systemic failure")
+	}
+	return nil
+}
+
+// permanent marks a startup error that waiting cannot fix (credentials the
+// brokers refuse): Run returns it and the process exits.
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
+
+// startup waits for each dependency in turn, retrying with capped
+// exponential backoff and jitter: Kafka, the database, its schema version,
+// then one dedup maintenance pass (so that the first events of a fresh
+// database find their processed_event partitions). It returns nil when all
+// are done, the permanent error of a step, or, when ctx ends first, an
+// error naming the step it was waiting for.
+func (s *service) startup(ctx context.Context) error {
+	steps := []struct {
+		name  string
+		check func(context.Context) error
+	}{
+		// Kafka first: credentials it refuses end the process at once.
+		{"Kafka", s.checkKafka},
+		{"the database", func(ctx context.Context) error { return s.pool.Ping(ctx) }},
+		{"the schema", s.checkSchema},
+		{"dedup partition maintenance", func(ctx context.Context) error {
+			p, err := maintainer(s.cfg, s.pool, s.logger).RunOnce(ctx)
+			if err == nil {
+				s.m.DedupPass(p.Partitions)
+			}
+			return err
+		}},
+	}
+	for _, st := range steps {
+		if err := s.waitFor(ctx, st.name, st.check); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitFor calls check until it succeeds. Each failure sets /readyz's
+// reason; a change of reason is logged once, not every attempt.
+func (s *service) waitFor(ctx context.Context, name string, check func(context.Context) error) error {
+	delay := 250 * time.Millisecond
+	var logged string
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		err := check(cctx)
+		cancel()
+		if err == nil {
+			if logged != "" {
+				s.logger.Info("startup step done", "step", name)
+			}
+			return nil
+		}
+		if p := (permanent{}); errors.As(err, &p) {
+			return p.error
+		}
+		reason := fmt.Sprintf("waiting for %s: %v", name, err)
+		s.ready.set(reason)
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped before ready, %s", reason)
+		}
+		if reason != logged {
+			s.logger.Warn("not ready", "step", name, "err", err.Error())
+			logged = reason
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stopped before ready, %s", reason)
+		case <-time.After(delay + rand.N(delay/5+1)):
+		}
+		delay = min(2*delay, s.cfg.StartupBackoffMax)
+	}
+}
+
+// checkSchema fails while the database's schema is behind (or ahead of)
+// the migrations this binary embeds: the migration Job has not run yet, or
+// an older binary runs against a newer schema.
+func (s *service) checkSchema(ctx context.Context) error {
+	cur, latest, err := migrations.Versions(ctx, s.pool)
+	if err != nil {
+		return err
+	}
+	switch {
+	case cur < latest:
+		return fmt.Errorf("schema version %d, this build needs %d: run billing-consumer migrate", cur, latest)
+	case cur > latest:
+		return fmt.Errorf("schema version %d is newer than this build's %d: deploy the newer build", cur, latest)
+	}
+	return nil
+}
+
+// checkKafka connects once to the brokers, TLS and SASL included. A
+// rejected password or certificate is permanent (a configuration error,
+// one line naming the variables to check); an unreachable broker is waited
+// for.
+func (s *service) checkKafka(ctx context.Context) error {
+	err := s.kconns.Check(ctx, s.cfg.KafkaBrokers)
+	var ce *kafkaconn.CheckError
+	if errors.As(err, &ce) {
+		switch ce.Kind {
+		case kafkaconn.AuthFailed, kafkaconn.TLSFailed:
+			return permanent{kafkaCheckError(err, ce)}
+		}
+	}
+	return err
+}

@@ -1,0 +1,150 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/consumer"
+)
+
+// Backlog is what the dead-letter topic holds that dlq replay has not yet
+// consumed: what an operator still has to look at before the topic's
+// retention deletes it.
+type Backlog struct {
+	// Records past the replay group's committed offsets (from the earliest
+	// retained offset where the group has none), over all partitions.
+	Records int64
+	// Oldest is the timestamp of the oldest of them; zero when none.
+	Oldest time.Time
+	// Retention is the topic's retention.ms; 0 when unlimited (-1) or not
+	// readable (the client may lack DescribeConfigs on the topic).
+	Retention time.Duration
+}
+
+// ReadBacklog asks the brokers for the backlog of topic behind the replay
+// group: offsets, one record per partition with a backlog (its timestamp),
+// and the topic's retention.ms. It reads broker state only and joins no
+// group.
+func ReadBacklog(ctx context.Context, client *kafka.Client, topic, replayGroup string) (Backlog, error) {
+	bounds, err := consumer.LogBounds(ctx, client, topic)
+	if err != nil {
+		return Backlog{}, err
+	}
+	ids := slices.Sorted(maps.Keys(bounds))
+	pos, err := consumer.CommittedOffsets(ctx, client, replayGroup, topic, ids)
+	if err != nil {
+		return Backlog{}, err
+	}
+	var b Backlog
+	for _, id := range ids {
+		from := bounds[id].First // no commit (absent or -1), or one deleted since
+		if c, ok := pos[id]; ok && c > from {
+			from = c
+		}
+		n := bounds[id].End - from
+		if n <= 0 {
+			continue
+		}
+		b.Records += n
+		at, err := recordTime(ctx, client, topic, id, from)
+		if err != nil {
+			return Backlog{}, err
+		}
+		if !at.IsZero() && (b.Oldest.IsZero() || at.Before(b.Oldest)) {
+			b.Oldest = at
+		}
+	}
+	// Without DescribeConfigs on the topic the retention stays unknown (0):
+	// the backlog itself is still worth reporting.
+	b.Retention, _ = retention(ctx, client, topic)
+	return b, nil
+}
+
+// recordTime is the timestamp of the first record of partition at or after
+// offset (a compressed batch may start before it); zero if none came back.
+func recordTime(ctx context.Context, client *kafka.Client, topic string, partition int, offset int64) (time.Time, error) {
+	res, err := client.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: partition, Offset: offset,
+		MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 500 * time.Millisecond})
+	if err == nil {
+		err = res.Error
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("fetch %s/%d at %d: %w", topic, partition, offset, err)
+	}
+	for {
+		rec, err := res.Records.ReadRecord()
+		if errors.Is(err, io.EOF) {
+			return time.Time{}, nil
+		}
+		if err != nil {
+			return time.Time{}, fmt.Errorf("read %s/%d at %d: %w", topic, partition, offset, err)
+		}
+		if rec.Offset >= offset {
+			return rec.Time, nil
+		}
+	}
+}
+
+// retention reads the topic's retention.ms.
+func retention(ctx context.Context, client *kafka.Client, topic string) (time.Duration, error) {
+	res, err := client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{"retention.ms"},
+	}}})
+	if err != nil {
+		return 0, fmt.Errorf("retention of %s: %w", topic, err)
+	}
+	for _, r := range res.Resources {
+		if r.Error != nil {
+			return 0, fmt.Errorf("retention of %s: %w", topic, r.Error)
+		}
+		for _, e := range r.ConfigEntries {
+			if e.ConfigName == "retention.ms" {
+				ms, err := strconv.ParseInt(e.ConfigValue, 10, 64)
+				if err != nil || ms < 0 {
+					return 0, nil // unlimited, or not a number: no deadline to alert on
+				}
+				return time.Duration(ms) * time.Millisecond, nil
+			}
+		}
+	}
+	return 0, nil
+}
+
+// WatchBacklog calls ReadBacklog every interval until ctx ends and hands
+// each answer to report. Failures are logged at most once every ten
+// minutes; the gauges keep their last value (the backlog changes slowly,
+// and the lag alerts cover an unreachable Kafka).
+func WatchBacklog(ctx context.Context, client *kafka.Client, topic, replayGroup string, interval time.Duration,
+	logger *slog.Logger, report func(Backlog)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var lastLogged time.Time
+	for {
+		qctx, cancel := context.WithTimeout(ctx, interval)
+		b, err := ReadBacklog(qctx, client, topic, replayGroup)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			report(b)
+		case time.Since(lastLogged) > 10*time.Minute:
+			logger.Warn("dead-letter backlog unavailable", "topic", topic, "err", err)
+			lastLogged = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,51 @@
+package dlq
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// ReadBacklog counts what the replay group has not consumed, dates the
+// oldest of it by its record timestamp, and reads the topic's retention;
+// after a replay the backlog is empty.
+func TestReadBacklog(t *testing.T) {
+	env := newReplayEnv(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A topic just created may not have its leaders yet: WatchBacklog
+	// retries on its interval, the test polls.
+	var b Backlog
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if b, err = ReadBacklog(ctx, env.client, env.dlq, env.group); err == nil {
+			break
+		}
+	}
+	if err != nil || b.Records != 0 || !b.Oldest.IsZero() {
+		t.Fatalf("empty topic: %+v, %v; want no records", b, err)
+	}
+	oldest := deadLetter(env.source("a"), Exhausted)
+	oldest.Time = time.Now().Add(-time.Hour) // the record timestamp the producer sets
+	env.produce(t, 0, oldest, deadLetter(env.source("b"), Invalid))
+	env.produce(t, 1, deadLetter(env.source("c"), Exhausted))
+	b, err = ReadBacklog(ctx, env.client, env.dlq, env.group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Records != 3 {
+		t.Errorf("Records = %d, want 3", b.Records)
+	}
+	if d := b.Oldest.Sub(oldest.Time); d < -time.Millisecond || d > time.Millisecond {
+		t.Errorf("Oldest = %v, want the timestamp of the oldest record, %v", b.Oldest, oldest.Time)
+	}
+	if b.Retention <= 0 {
+		t.Errorf("Retention = %v, want the topic's retention.ms (the broker's default is finite)", b.Retention)
+	}
+
+	env.mustRun(t, ReplayOptions{})
+	b, err = ReadBacklog(ctx, env.client, env.dlq, env.group)
+	if err != nil || b.Records != 0 || !b.Oldest.IsZero() {
+		t.Errorf("after a replay: %+v, %v; want no records", b, err)
+	}
+}
