@@ -99,8 +99,125 @@ build() {
 	log "built $("$KUBECTL" version --client 2>/dev/null | head -1)"
 }
 
+
+ETCD_PID="$KUBE_DIR/etcd.pid"
+APISERVER_PID="$KUBE_DIR/kube-apiserver.pid"
+
+running() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+ensure_etcd() {
+	command -v etcd >/dev/null && return 0
+	log "installing etcd-server (apt-get)"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server >&2 ||
+		{ apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server >&2; } ||
+		die "cannot install etcd-server"
+}
+
+# certs: a CA of this server alone; the serving certificate for 127.0.0.1;
+# an admin client certificate (O=system:masters: every permission, as
+# kubeadm's admin.conf); the service-account signing key.
+certs() {
+	local d="$KUBE_DIR/pki"
+	rm -rf "$d" && mkdir -p "$d"
+	(
+		cd "$d"
+		openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
+			-subj /CN=billing-kube-ca -keyout ca.key -out ca.crt
+		openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=kube-apiserver \
+			-keyout server.key -out server.csr
+		printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' >server.ext
+		openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -extfile server.ext -out server.crt
+		openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/O=system:masters/CN=admin" \
+			-keyout admin.key -out admin.csr
+		printf 'extendedKeyUsage=clientAuth\n' >admin.ext
+		openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -extfile admin.ext -out admin.crt
+		openssl ecparam -name prime256v1 -genkey -noout -out sa.key
+		openssl ec -in sa.key -pubout -out sa.pub
+	) >"$KUBE_DIR/openssl.log" 2>&1 || { cat "$KUBE_DIR/openssl.log" >&2; die "openssl failed"; }
+	cat >"$KUBECONFIG_FILE" <<-EOF
+		apiVersion: v1
+		kind: Config
+		clusters:
+		- name: billing-kube
+		  cluster:
+		    server: https://127.0.0.1:$KUBE_PORT
+		    certificate-authority: $d/ca.crt
+		users:
+		- name: admin
+		  user:
+		    client-certificate: $d/admin.crt
+		    client-key: $d/admin.key
+		contexts:
+		- name: admin
+		  context: {cluster: billing-kube, user: admin}
+		current-context: admin
+	EOF
+}
+
+kctl() { KUBECONFIG="$KUBECONFIG_FILE" "$KUBECTL" "$@"; }
+
+start() {
+	if running "$APISERVER_PID" && kctl get --raw /readyz >/dev/null 2>&1; then
+		log "already running on 127.0.0.1:$KUBE_PORT"
+		echo "$KUBECONFIG_FILE"
+		return 0
+	fi
+	build
+	ensure_etcd
+	stop >/dev/null 2>&1 || true
+	rm -rf "$KUBE_DIR" && mkdir -p "$KUBE_DIR"
+	certs
+	local t0=$SECONDS peer=$((KUBE_ETCD_PORT + 1))
+	etcd --name billing-kube --data-dir "$KUBE_DIR/etcd" \
+		--listen-client-urls "http://127.0.0.1:$KUBE_ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$KUBE_ETCD_PORT" \
+		--listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+		--initial-cluster "billing-kube=http://127.0.0.1:$peer" --unsafe-no-fsync \
+		>"$KUBE_DIR/etcd.log" 2>&1 &
+	echo $! >"$ETCD_PID"
+	local p="$KUBE_DIR/pki"
+	# No nodes and no controllers: this server admits and validates (RBAC,
+	# Pod Security admission, CRD schemas, strict field validation), which is
+	# what `kubectl apply --dry-run=server` needs.
+	"$APISERVER" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$KUBE_PORT" \
+		--etcd-servers="http://127.0.0.1:$KUBE_ETCD_PORT" \
+		--tls-cert-file="$p/server.crt" --tls-private-key-file="$p/server.key" --client-ca-file="$p/ca.crt" \
+		--service-account-issuer=https://kubernetes.default.svc.cluster.local \
+		--service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
+		--authorization-mode=RBAC --allow-privileged=true --service-cluster-ip-range=10.96.0.0/16 --endpoint-reconciler-type=none \
+		--cert-dir="$KUBE_DIR/cert-dir" \
+		>"$KUBE_DIR/kube-apiserver.log" 2>&1 &
+	echo $! >"$APISERVER_PID"
+	until kctl get --raw /readyz >/dev/null 2>&1; do
+		running "$APISERVER_PID" || { tail -n 30 "$KUBE_DIR/kube-apiserver.log" >&2; die "kube-apiserver exited"; }
+		((SECONDS - t0 < KUBE_START_TIMEOUT)) || { tail -n 30 "$KUBE_DIR/kube-apiserver.log" >&2; die "kube-apiserver not ready after ${KUBE_START_TIMEOUT}s"; }
+		sleep 1
+	done
+	"$SCRIPT_DIR/kube/crds.sh" "$KUBE_CACHE/crds" >&2
+	kctl apply --server-side -f "$KUBE_CACHE/crds" >&2
+	kctl wait --for=condition=Established --timeout=60s -f "$KUBE_CACHE/crds" >&2
+	log "kube-apiserver $KUBE_VERSION ready on https://127.0.0.1:$KUBE_PORT in $((SECONDS - t0))s (etcd $(etcd --version | sed -n 's/^etcd Version: //p'), logs in $KUBE_DIR)"
+	echo "$KUBECONFIG_FILE"
+}
+
+stop() {
+	local f
+	for f in "$APISERVER_PID" "$ETCD_PID"; do
+		if running "$f"; then
+			kill "$(cat "$f")"
+			for _ in $(seq 1 50); do running "$f" || break; sleep 0.2; done
+			running "$f" && kill -9 "$(cat "$f")"
+		fi
+		rm -f "$f"
+	done
+	log "stopped"
+}
+
 case "${1:-}" in
 build) build ;;
+start) start ;;
+stop) stop ;;
+kubectl) shift && build && kctl "$@" ;;
+env) build && echo "KUBECONFIG=$KUBECONFIG_FILE" && echo "KUBECTL=$KUBECTL" ;;
 version) echo "$KUBE_VERSION" ;;
 *) die "usage: scripts/kube.sh build|start|stop|kubectl|env|version" ;;
 esac
