@@ -25,11 +25,16 @@ import (
 // and sets it, with CONTAINERS_CONF for podman (scripts/image.sh).
 const EnvImage = "BILLING_TEST_IMAGE"
 
+// EnvDockerfileImage names the image the repository's Dockerfile built, on
+// local stand-ins of its base images (scripts/image.sh dockerfile).
+const EnvDockerfileImage = "BILLING_TEST_DOCKERFILE_IMAGE"
+
 // The user the image and the Deployment run as (distroless's nonroot).
 const nonrootUID = "65532"
 
-// TestImage runs the built image the way deploy/ runs it: read-only root
-// filesystem, every capability dropped, no new privileges. It checks
+// TestImage runs each built image, make image's and the Dockerfile's, the
+// way deploy/ runs it: read-only root filesystem, every capability dropped,
+// no new privileges. It checks
 // `version` and `help`, then `migrate` and `run` against the test's
 // Postgres, Kafka and payment simulator (host networking, so the container
 // reaches their loopback addresses): /healthz and /readyz answer, the
@@ -40,22 +45,37 @@ func TestImage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the container image; runs in make test")
 	}
-	image := os.Getenv(EnvImage)
-	if image == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not set: CI must test the container image (use make test, which runs make image)", EnvImage)
-		}
-		t.Skipf("%s is not set (make image; scripts/test.sh sets it)", EnvImage)
+	for _, im := range []struct{ name, env string }{
+		{"make-image", EnvImage},
+		{"Dockerfile", EnvDockerfileImage},
+	} {
+		t.Run(im.name, func(t *testing.T) {
+			image := os.Getenv(im.env)
+			if image == "" {
+				if os.Getenv("CI") != "" {
+					t.Fatalf("%s is not set: CI must test the container image (use make test, which builds it)", im.env)
+				}
+				t.Skipf("%s is not set (scripts/test.sh builds the image and sets it)", im.env)
+			}
+			if _, err := exec.LookPath("podman"); err != nil {
+				t.Fatalf("%s is set but podman is missing: %v", im.env, err)
+			}
+			testImage(t, image)
+		})
 	}
-	if _, err := exec.LookPath("podman"); err != nil {
-		t.Fatalf("%s is set but podman is missing: %v", EnvImage, err)
-	}
+}
+
+func testImage(t *testing.T, image string) {
 	c := &container{t: t, image: image}
 
+	// Both images are tagged with the version their binary is stamped with.
+	wantVersion := image[strings.LastIndex(image, ":")+1:]
 	out := c.output("version")
-	wantVersion := c.inspect("{{index .Labels \"org.opencontainers.image.version\"}}")
 	if !strings.HasPrefix(out, "billing-consumer "+wantVersion+" ") {
-		t.Errorf("version printed %q, want the image's version label %q (the -ldflags stamp)", out, wantVersion)
+		t.Errorf("version printed %q, want version %q (the -ldflags stamp)", out, wantVersion)
+	}
+	if label := c.inspect("{{index .Labels \"org.opencontainers.image.version\"}}"); label != wantVersion {
+		t.Errorf("label org.opencontainers.image.version is %q, want %q", label, wantVersion)
 	}
 	if help := c.output("help"); !strings.Contains(help, "BILLING_KAFKA_BROKERS") {
 		t.Errorf("help does not list BILLING_KAFKA_BROKERS:\n%s", help)

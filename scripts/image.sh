@@ -23,8 +23,9 @@
 #   sbom        only (re)write the SBOM of the built image
 #   podman ...  run podman with this project's containers.conf
 #   env         print CONTAINERS_CONF=... (for eval) after setting podman up
-#   standins    tag the stand-ins of the Dockerfile's base images (see
-#               scripts/image/standins.sh) for building the Dockerfile offline
+#   dockerfile  build the repository's Dockerfile on local stand-ins of its
+#               base images (scripts/image/standins.sh), tag ${IMAGE}-dockerfile
+#   rootfs-base DIR  write the image's files but the binary into DIR
 #
 # Environment (defaults):
 #   IMAGE       localhost/billing-consumer
@@ -79,14 +80,22 @@ source_date_epoch() {
 	git log -1 --format=%ct 2>/dev/null || echo 0
 }
 
-# rootfs DIR: the image's files, every one with the commit's time and a
+# rootfs DIR SDE: the image's files, every one with the time SDE and a
 # fixed mode (the umask and the checkout time must not reach the digest).
 rootfs() {
 	local dir=$1 sde=$2
-	rm -rf "$dir" && mkdir -p "$dir/etc/ssl/certs" "$dir/tmp"
+	rm -rf "$dir" && mkdir -p "$dir"
 	CGO_ENABLED=0 go build -trimpath -buildvcs=false \
 		-ldflags "-s -w -X main.version=$VERSION -X main.commit=$COMMIT" \
 		-o "$dir/billing-consumer" ./cmd/billing-consumer
+	rootfs_base "$dir" "$sde"
+}
+
+# rootfs_base DIR SDE: everything but the binary (what distroless/static
+# provides); the Dockerfile's stand-in runtime base is made of it too.
+rootfs_base() {
+	local dir=$1 sde=$2
+	mkdir -p "$dir/etc/ssl/certs" "$dir/tmp"
 	local certs=(/usr/share/ca-certificates/mozilla/*.crt)
 	[[ -f "${certs[0]}" ]] || die "Debian's ca-certificates is not installed (apt-get install ca-certificates)"
 	printf '%s\n' "${certs[@]}" | LC_ALL=C sort | xargs cat >"$dir/etc/ssl/certs/ca-certificates.crt"
@@ -102,7 +111,7 @@ rootfs() {
 	EOF
 	find "$dir" -type d -exec chmod 0755 {} +
 	find "$dir" -type f -exec chmod 0644 {} +
-	chmod 0755 "$dir/billing-consumer"
+	[[ ! -f "$dir/billing-consumer" ]] || chmod 0755 "$dir/billing-consumer"
 	chmod 1777 "$dir/tmp"
 	find "$dir" -exec touch -h -d "@$sde" {} +
 }
@@ -187,6 +196,20 @@ cmd_reproduce() {
 	echo "$got"
 }
 
+# cmd_dockerfile: the repository's Dockerfile, built as a user with registry
+# access would, on local stand-ins of its base images (--pull=never, no
+# network); e2e's TestImage runs the result like make image's.
+cmd_dockerfile() {
+	mkdir -p "$OUT"
+	scripts/image/standins.sh
+	local tag="${IMAGE}-dockerfile:$VERSION"
+	pm build --quiet --pull=never --network=none -f Dockerfile \
+		--build-arg "VERSION=$VERSION" --build-arg "COMMIT=$COMMIT" \
+		--build-arg "TARGETOS=$(go env GOOS)" --build-arg "TARGETARCH=$(go env GOARCH)" -t "$tag" . >/dev/null
+	echo "$tag" >"$OUT/dockerfile-ref"
+	log "built the Dockerfile as $tag ($(pm image inspect --format '{{.Size}}' "$tag") bytes)"
+}
+
 setup_podman
 case "${1:-}" in
 build) cmd_build ;;
@@ -194,6 +217,7 @@ reproduce) cmd_reproduce ;;
 sbom) mkdir -p "$OUT" && sbom ;;
 podman) shift && pm "$@" ;;
 env) echo "CONTAINERS_CONF=$CONTAINERS_CONF" ;;
-standins) scripts/image/standins.sh ;;
-*) die "usage: scripts/image.sh build|reproduce|sbom|podman|env|standins" ;;
+dockerfile) cmd_dockerfile ;;
+rootfs-base) rootfs_base "${2:?rootfs-base DIR}" "$(source_date_epoch)" ;;
+*) die "usage: scripts/image.sh build|reproduce|sbom|dockerfile|podman|env|rootfs-base DIR" ;;
 esac
