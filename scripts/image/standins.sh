@@ -34,8 +34,8 @@ for applet in sh mkdir cp rm ls cat env; do ln -s busybox "$ctx/golang/bin/$appl
 goroot=$(go env GOROOT)
 mkdir -p "$ctx/golang/usr/local"
 cp -a "$goroot" "$ctx/golang/usr/local/go"
-rm -rf "$ctx/golang/usr/local/go/test" "$ctx/golang/usr/local/go/pkg/obj"
-chmod -R u+w "$ctx/golang/usr/local/go"
+chmod -R u+w "$ctx/golang/usr/local/go" # the module cache's copy is read-only
+rm -rf "$ctx/golang/usr/local/go/test"
 # Every module of the build graph, as the module cache stores them (its
 # cache/download tree is a GOPROXY layout).
 dl="$(go env GOMODCACHE)/cache/download"
