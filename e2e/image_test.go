@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -81,7 +79,7 @@ func testImage(t *testing.T, image string) {
 		t.Errorf("help does not list BILLING_KAFKA_BROKERS:\n%s", help)
 	}
 
-	w := imageWorld(t)
+	w := newWorldFor(t, "", kafkatest.Brokers(t), pgtest.NewDatabase(t), 2, paysim.Faults{})
 	c.env, c.log = w.env(), w.log
 	if err := c.start("migrate").Wait(context.Background()); err != nil {
 		t.Fatalf("migrate in the image: %v", err)
@@ -120,40 +118,6 @@ func testImage(t *testing.T, image string) {
 	if took > shutdown {
 		t.Errorf("SIGTERM took %v, more than BILLING_SHUTDOWN_TIMEOUT %v", took, shutdown)
 	}
-}
-
-// imageWorld is newWorld without the host binary: its topics, database and
-// simulator, for a consumer that runs in the image.
-func imageWorld(t *testing.T) *world {
-	t.Helper()
-	w := &world{
-		brokers:  kafkatest.Brokers(t),
-		topic:    kafkatest.UniqueName("orders"),
-		dlqTopic: kafkatest.UniqueName("orders-dlq"),
-		group:    kafkatest.UniqueName("billing"),
-		dbURL:    pgtest.NewDatabase(t),
-		sim:      paysim.New(paysim.Config{Seed: 13}),
-	}
-	kafkatest.CreateTopic(t, w.brokers, w.topic, 2)
-	kafkatest.CreateTopic(t, w.brokers, w.dlqTopic, 1)
-	w.db = pgtest.Open(t, w.dbURL)
-	srv := httptest.NewServer(w.sim)
-	t.Cleanup(srv.Close)
-	w.simURL = srv.URL
-	w.logPath = filepath.Join(t.TempDir(), "container.log")
-	f, err := os.Create(w.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		f.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(w.logPath)
-			t.Logf("container log:\n%s", b)
-		}
-	})
-	w.log = f
-	return w
 }
 
 // container runs one image with podman, hardened as the Deployment's pod
