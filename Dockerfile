@@ -32,6 +32,12 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 # tzdata included. The :nonroot tag runs as 65532, as deploy/ expects.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/billing-consumer /billing-consumer
+ARG VERSION=dev
+ARG COMMIT=unknown
+LABEL org.opencontainers.image.title=billing-consumer \
+      org.opencontainers.image.version=$VERSION \
+      org.opencontainers.image.revision=$COMMIT \
+      org.opencontainers.image.source=https://github.com/billing-consumer/billing-consumer
 USER 65532:65532
 # /metrics, /healthz, /readyz (BILLING_HTTP_ADDR)
 EXPOSE 9090

@@ -9,13 +9,16 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # machine's Go is older; the machine's go.env may say GOTOOLCHAIN=local.
 export GOTOOLCHAIN := auto
 
-.PHONY: demo build test lint bench chaos fuzz pg-start pg-stop fmt vet clean
+.PHONY: demo build image test lint bench chaos fuzz pg-start pg-stop fmt vet clean
 
 demo: build ## the demo: local Kafka (in-process), local Postgres, simulated provider, ~10,000 events, a summary
 	BILLING_DATABASE_URL="$${BILLING_DATABASE_URL:-$$(scripts/pg.sh start)}" go run ./cmd/billing-demo -consumer bin/billing-consumer
 
 build: ## static binary in bin/
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/billing-consumer ./cmd/billing-consumer
+
+image: ## the runtime image with podman (FROM scratch, reproducible), its digest and SPDX SBOM in bin/image/
+	VERSION='$(VERSION)' COMMIT='$(COMMIT)' scripts/image.sh build
 
 test: ## every test, against a scratch Postgres this target starts
 	scripts/test.sh

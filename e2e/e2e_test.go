@@ -55,8 +55,23 @@ func newWorld(t *testing.T, partitions int, faults paysim.Faults) *world {
 // newWorldOn is newWorld on the given brokers and (fresh) database.
 func newWorldOn(t *testing.T, brokers []string, dbURL string, partitions int, faults paysim.Faults) *world {
 	t.Helper()
+	w := newWorldFor(t, buildBinary(t), brokers, dbURL, partitions, faults)
+	if err := w.run(t, "migrate").Wait(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if err := w.run(t, "retention").Wait(context.Background()); err != nil {
+		t.Fatalf("retention: %v", err)
+	}
+	return w
+}
+
+// newWorldFor is a world's topics, simulator and log for the consumer bin
+// (empty for one that runs elsewhere, as in the image test), on a database
+// not yet migrated.
+func newWorldFor(t *testing.T, bin string, brokers []string, dbURL string, partitions int, faults paysim.Faults) *world {
+	t.Helper()
 	w := &world{
-		bin:      buildBinary(t),
+		bin:      bin,
 		brokers:  brokers,
 		topic:    kafkatest.UniqueName("orders"),
 		dlqTopic: kafkatest.UniqueName("orders-dlq"),
@@ -84,12 +99,6 @@ func newWorldOn(t *testing.T, brokers []string, dbURL string, partitions int, fa
 		}
 	})
 	w.log = f
-	if err := w.run(t, "migrate").Wait(context.Background()); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	if err := w.run(t, "retention").Wait(context.Background()); err != nil {
-		t.Fatalf("retention: %v", err)
-	}
 	return w
 }
 

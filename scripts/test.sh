@@ -34,12 +34,32 @@ fi
 
 # go vet, staticcheck and govulncheck (scripts/lint.sh, also make lint)
 scripts/lint.sh
+# The runtime image (make image: podman, FROM scratch), built a second time
+# from scratch to prove one commit gives one digest, and the Dockerfile's
+# image on locally made stand-ins of its base images; e2e's TestImage runs
+# both.
+scripts/image.sh build
+scripts/image.sh reproduce >/dev/null
+export "$(scripts/image.sh env)"
+BILLING_TEST_IMAGE=$(cat bin/image/ref)
+export BILLING_TEST_IMAGE
+scripts/image.sh dockerfile
+BILLING_TEST_DOCKERFILE_IMAGE=$(cat bin/image/dockerfile-ref)
+export BILLING_TEST_DOCKERFILE_IMAGE
 go test -race -count=1 -timeout 30m "$@" ./...
 # promtool for deploy/'s alert-rule tests (installed when missing; with CI
 # set, TestPromtool fails rather than skips without it).
 echo "test.sh: $(scripts/promtool.sh)" >&2
+# A real kube-apiserver and etcd (scripts/kube.sh: built once per version
+# and cached) for deploy/'s server-side dry runs.
+BILLING_TEST_KUBECONFIG=$(scripts/kube.sh start)
+BILLING_TEST_KUBECTL=$(scripts/kube.sh env | sed -n 's/^KUBECTL=//p')
+export BILLING_TEST_KUBECONFIG BILLING_TEST_KUBECTL
+prev_trap=$(trap -p EXIT | sed "s/^trap -- '\(.*\)' EXIT$/\1/")
+trap "scripts/kube.sh stop >/dev/null 2>&1 || true; ${prev_trap:-:}" EXIT
 # deploy/ is a module of its own (Kubernetes and Prometheus dependencies
-# stay out of the service): manifests, overlays, PromQL, Dockerfile.
+# stay out of the service): manifests, overlays, PromQL, Dockerfile, and
+# kubectl apply --dry-run=server against that API server.
 (cd deploy && go vet ./... && go test -count=1 ./...)
 # Hostile input: each fuzz target runs for a bounded time on top of its
 # seed corpus (which plain go test already ran).
