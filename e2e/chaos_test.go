@@ -4,14 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +14,6 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/harness"
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
 	"github.com/billing-consumer/billing-consumer/internal/paysim"
 	"github.com/billing-consumer/billing-consumer/internal/pgtest"
 )
@@ -50,137 +44,6 @@ func profile(t *testing.T) chaosProfile {
 		t.Fatalf("BILLING_CHAOS_PROFILE=%q: want short or long", p)
 		return chaosProfile{}
 	}
-}
-
-// services is a Postgres cluster and a Kafka broker of the chaos test's
-// own, started through the project's scripts, so that restarting them does
-// not disturb the tests running beside it.
-type services struct {
-	pgEnv, kafkaEnv []string
-	adminURL        string
-	brokers         []string
-}
-
-func startServices(t *testing.T) *services {
-	t.Helper()
-	// Not t.TempDir: Postgres runs as its own user, which must reach the
-	// directory.
-	dir, err := os.MkdirTemp("", "billing-chaos-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	s := &services{
-		pgEnv: []string{"PG_DIR=" + dir + "/pg", "PG_PORT=" + freePort(t)},
-		kafkaEnv: []string{"KAFKA_DIR=" + dir + "/kafka", "KAFKA_PORT=" + freePort(t),
-			"KAFKA_CONTROLLER_PORT=" + freePort(t)},
-	}
-	s.adminURL = strings.TrimSpace(s.script(t, s.pgEnv, "pg.sh", "start"))
-	s.brokers = []string{strings.TrimSpace(s.script(t, s.kafkaEnv, "kafka.sh", "start"))}
-	t.Cleanup(func() {
-		_, _ = s.try(s.kafkaEnv, "kafka.sh", "stop")
-		_, _ = s.try(s.pgEnv, "pg.sh", "stop")
-	})
-	return s
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) string {
-	t.Helper()
-	_, port, err := net.SplitHostPort(kafkatest.FreePort(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return port
-}
-
-func (s *services) try(env []string, script string, args ...string) (string, error) {
-	cmd := exec.Command("../scripts/"+script, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("scripts/%s %s: %v\n%s", script, strings.Join(args, " "), err, stderr.String())
-	}
-	return string(out), nil
-}
-
-func (s *services) script(t *testing.T, env []string, script string, args ...string) string {
-	t.Helper()
-	out, err := s.try(env, script, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// cutProxy forwards TCP to the provider and can cut the network: while cut,
-// it refuses new connections and has dropped the open ones.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	cut    atomic.Bool
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Go(p.serve)
-	t.Cleanup(func() { ln.Close(); p.setCut(true); p.wg.Wait() })
-	return p
-}
-
-func (p *cutProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if p.cut.Load() {
-			c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.track(c, up)
-		p.wg.Go(func() { io.Copy(up, c); up.Close() })
-		p.wg.Go(func() { io.Copy(c, up); c.Close() })
-	}
-}
-
-func (p *cutProxy) track(cs ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cs {
-		p.conns[c] = struct{}{}
-	}
-}
-
-func (p *cutProxy) setCut(cut bool) {
-	p.cut.Store(cut)
-	if !cut {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		c.Close()
-	}
-	clear(p.conns)
 }
 
 // TestChaos runs two consumer replicas while it kills them at random
@@ -237,52 +100,15 @@ func TestChaos(t *testing.T) {
 		produced <- harness.Trickle(ctx, w.brokers, w.topic, plan.Records, chunk, pause)
 	}()
 
-	replicas := []*harness.Process{w.start(t, env, "run"), w.start(t, env, "run")}
-	rng := rand.New(rand.NewPCG(uint64(first), 7))
-	counts := map[string]int{}
+	run := &chaosRun{t: t, w: w, svc: svc, proxy: proxy, plan: plan, base: base, env: env, every: prof.every,
+		rng: rand.New(rand.NewPCG(uint64(first), 7)), counts: map[string]int{}}
+	run.replicas = []*harness.Process{w.start(t, env, "run"), w.start(t, env, "run")}
 	restarts := schedule(prof)
 	for i := range prof.actions {
-		time.Sleep(time.Duration(rng.Int64N(int64(2 * prof.every))))
-		action := pick(rng, i, restarts)
-		counts[action]++
-		switch action {
-		case "kill":
-			r := rng.IntN(len(replicas))
-			replicas[r].Kill()
-			replicas[r] = w.start(t, env, "run")
-		case "5xx burst", "reset burst", "latency spike", "409 burst", "slow-body burst":
-			f := base
-			switch action {
-			case "5xx burst":
-				f.ErrorRate = 0.5
-			case "reset burst":
-				f.ResetRate = 0.3
-			case "409 burst":
-				f.ConflictRate = 0.3
-			case "slow-body burst":
-				f.SlowBodyRate = 0.3 // each slower than the 500 ms client timeout
-			default:
-				f.Latency = 700 * time.Millisecond // past the 500 ms client timeout: outcome unknown
-			}
-			w.sim.SetFaults(f)
-			time.Sleep(prof.every)
-			w.sim.SetFaults(base)
-		case "provider cut":
-			proxy.setCut(true)
-			time.Sleep(2 * time.Second)
-			proxy.setCut(false)
-		case "broker restart":
-			svc.script(t, svc.kafkaEnv, "kafka.sh", "restart")
-		case "postgres restart":
-			svc.script(t, svc.pgEnv, "pg.sh", "restart")
-		case "postgres crash":
-			svc.script(t, svc.pgEnv, "pg.sh", "crash")
-		case "replay of processed events":
-			if err := replayProcessed(w, plan, rng); err != nil {
-				t.Fatalf("replay of processed events: %v", err)
-			}
-		}
+		time.Sleep(time.Duration(run.rng.Int64N(int64(2 * prof.every))))
+		run.act(pick(run.rng, i, restarts))
 	}
+	replicas, counts := run.replicas, run.counts
 	if err := <-produced; err != nil {
 		t.Fatalf("producing the workload: %v", err)
 	}
@@ -292,23 +118,11 @@ func TestChaos(t *testing.T) {
 
 	// No replay of what the run dead-lettered: every valid event must have
 	// been charged by the consumers themselves.
-	for _, r := range replicas {
-		if exited, err := r.Exited(); exited {
-			t.Fatalf("a replica exited by itself during the run: %v", err)
-		}
-	}
-	w.waitDrained(t, replicas[0], 5*time.Minute)
-	atDrain, pending, waited := w.waitNoPending(t, first, prof.orders, pendingWait)
-	for _, r := range replicas {
-		if err := r.Stop(30 * time.Second); err != nil {
-			t.Fatalf("graceful stop after the run: %v", err)
-		}
-	}
-
 	c := w.check(plan, first, prof.orders)
 	c.ForbidExhausted = true
 	c.Planted = func(r harness.DLQRecord) bool { return r.Headers[chaosCopyHeader] != "" }
-	rep := w.verifyWith(t, c)
+	end := w.settle(t, replicas, c)
+	rep := end.rep
 	inj := w.sim.Injected()
 	lost := len(rep.NotCharged) + rep.InvalidMissing
 	cuts, cutConns := cutter.Counts()
@@ -319,11 +133,71 @@ func TestChaos(t *testing.T) {
 		counts["kill"], faults, inj.Errors, inj.Resets, inj.Conflicts, inj.SlowBodies, inj.Declines, w.sim.Replays())
 	t.Logf("Postgres connections cut: %d %s", cutConns, formatCuts(cuts))
 	t.Logf("double charges: %d; lost events: %d; exhausted valid events: %d; pending claims: %d when drained, %d left after %v; DLQ %v",
-		len(rep.DoubleCharged), lost, len(rep.Exhausted), atDrain, pending, waited.Round(time.Second), rep.DLQ)
+		len(rep.DoubleCharged), lost, len(rep.Exhausted), end.atDrain, end.pending, end.waited.Round(time.Second), rep.DLQ)
 	report(t, rep)
 	if counts["kill"] < prof.minKills || faults < prof.minFaults || cutConns < prof.minCuts {
 		t.Fatalf("the run injected %d kills, %d provider faults and %d connection cuts; the %s profile promises at least %d, %d and %d",
 			counts["kill"], faults, cutConns, prof.name, prof.minKills, prof.minFaults, prof.minCuts)
+	}
+}
+
+// chaosRun is what TestChaos's fault actions work on.
+type chaosRun struct {
+	t        *testing.T
+	w        *world
+	svc      *services
+	proxy    *cutProxy
+	plan     harness.Plan
+	base     paysim.Faults
+	env      []string
+	every    time.Duration
+	rng      *rand.Rand
+	replicas []*harness.Process
+	counts   map[string]int // actions taken, by name
+}
+
+// act takes one fault action (see pick) and counts it.
+func (r *chaosRun) act(action string) {
+	t, w := r.t, r.w
+	r.counts[action]++
+	switch action {
+	case "kill":
+		i := r.rng.IntN(len(r.replicas))
+		r.replicas[i].Kill()
+		r.replicas[i] = w.start(t, r.env, "run")
+	case "5xx burst", "reset burst", "latency spike", "409 burst", "slow-body burst":
+		f := r.base
+		switch action {
+		case "5xx burst":
+			f.ErrorRate = 0.5
+		case "reset burst":
+			f.ResetRate = 0.3
+		case "409 burst":
+			f.ConflictRate = 0.3
+		case "slow-body burst":
+			f.SlowBodyRate = 0.3 // each slower than the 500 ms client timeout
+		default:
+			f.Latency = 700 * time.Millisecond // past the 500 ms client timeout: outcome unknown
+		}
+		w.sim.SetFaults(f)
+		time.Sleep(r.every)
+		w.sim.SetFaults(r.base)
+	case "provider cut":
+		r.proxy.setCut(true)
+		time.Sleep(2 * time.Second)
+		r.proxy.setCut(false)
+	case "broker restart":
+		r.svc.script(t, r.svc.kafkaEnv, "kafka.sh", "restart")
+	case "postgres restart":
+		r.svc.script(t, r.svc.pgEnv, "pg.sh", "restart")
+	case "postgres crash":
+		r.svc.script(t, r.svc.pgEnv, "pg.sh", "crash")
+	case "replay of processed events":
+		if err := replayProcessed(w, r.plan, r.rng); err != nil {
+			t.Fatalf("replay of processed events: %v", err)
+		}
+	default:
+		t.Fatalf("unknown chaos action %q", action)
 	}
 }
 

@@ -98,28 +98,16 @@ func TestConnectionCuts(t *testing.T) {
 		}
 	}
 	cutter.SetActive(false)
-	for _, r := range replicas {
-		if exited, err := r.Exited(); exited {
-			t.Fatalf("a replica exited by itself during the run: %v", err)
-		}
-	}
-	w.waitDrained(t, replicas[0], 3*time.Minute)
-	atDrain, pending, waited := w.waitNoPending(t, first, orders, pendingWait)
-	for _, r := range replicas {
-		if err := r.Stop(30 * time.Second); err != nil {
-			t.Fatalf("graceful stop after the run: %v", err)
-		}
-	}
-
 	c := w.check(plan, first, orders)
 	c.ForbidExhausted = true
-	rep := w.verifyWith(t, c)
+	end := w.settle(t, replicas, c)
+	rep := end.rep
 	counts, total := cutter.Counts()
 	t.Logf("connection cuts: %d records (%d orders; orders by distinct events %v), %d connections cut %s, "+
 		"%d Postgres crashes, %d SIGKILLs, provider faults %+v",
 		len(plan.Records), orders, distinctHistogram(plan), total, formatCuts(counts), crashes, kills, w.sim.Injected())
 	t.Logf("double charges: %d; pending claims: %d when drained, %d left after waiting %v; ledger rows %d, provider charges %d, exhausted %d",
-		len(rep.DoubleCharged), atDrain, pending, waited.Round(time.Second), rep.LedgerRows, rep.ProviderCharges, len(rep.Exhausted))
+		len(rep.DoubleCharged), end.atDrain, end.pending, end.waited.Round(time.Second), rep.LedgerRows, rep.ProviderCharges, len(rep.Exhausted))
 	report(t, rep)
 	if crashes < 3 || kills < 3 || counts[harness.CutInFlight].Conns == 0 || counts[harness.CutAnswered].Conns == 0 {
 		t.Fatalf("the run made %d crashes, %d kills and cuts %s; want 3 crashes, 3 kills and in-flight and post-answer cuts",
@@ -150,33 +138,54 @@ func cutDatabase(t *testing.T, w *world, cfg harness.CutConfig) *harness.Cutter 
 	return cutter
 }
 
-// waitNoPending waits up to timeout for the ledger of this run to hold no
-// pending claim; it returns how many there were at first and are left,
-// and how long it waited.
-func (w *world) waitNoPending(t *testing.T, first int64, orders int, timeout time.Duration) (atFirst, left int, waited time.Duration) {
+// settled is how a fault run ended.
+type settled struct {
+	rep              harness.Report
+	atDrain, pending int           // pending claims when the topic was drained, and at the end
+	waited           time.Duration // for the pending claims to settle
+}
+
+// settle ends a fault run once its faults have stopped: the replicas must
+// still be running; the topic drains; the pending claims of c's orders get
+// pendingWait to settle; the replicas stop gracefully; then c is verified.
+func (w *world) settle(t *testing.T, replicas []*harness.Process, c harness.Check) settled {
 	t.Helper()
+	for _, r := range replicas {
+		if exited, err := r.Exited(); exited {
+			t.Fatalf("a replica exited by itself during the run: %v", err)
+		}
+	}
+	w.waitDrained(t, replicas[0], 5*time.Minute)
+	var end settled
 	start := time.Now()
-	atFirst = -1
+	end.atDrain = -1
 	for {
 		var n int
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := w.db.QueryRow(ctx, "SELECT count(*) FROM charge WHERE status = 'pending' AND order_id BETWEEN $1 AND $2",
-			first, first+int64(orders)).Scan(&n)
+			c.FirstOrderID, c.LastOrderID).Scan(&n)
 		cancel()
 		if err != nil {
 			t.Fatalf("count pending claims: %v", err)
 		}
-		if atFirst < 0 {
-			atFirst = n
+		if end.atDrain < 0 {
+			end.atDrain = n
 		}
-		if n == 0 || time.Since(start) > timeout {
-			if n > 0 {
-				t.Logf("%d pending claims still unsettled after %v", n, timeout)
-			}
-			return atFirst, n, time.Since(start)
+		if end.pending, end.waited = n, time.Since(start); n == 0 || end.waited > pendingWait {
+			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	if end.pending > 0 {
+		t.Logf("%d pending claims still unsettled after %v", end.pending, pendingWait)
+	}
+	for _, r := range replicas {
+		if err := r.Stop(30 * time.Second); err != nil {
+			t.Fatalf("graceful stop after the run: %v", err)
+		}
+	}
+	end.rep = w.verifyWith(t, c)
+	return end
 }
 
 // distinctHistogram counts the plan's valid orders by their number of
