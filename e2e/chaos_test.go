@@ -74,7 +74,7 @@ func TestChaos(t *testing.T) {
 		Invalid: 30, SecondEvents: 10, Conflicts: 5, Declined: 5, ConcurrentEvents: prof.orders / 5, EventsPerOrder: 3,
 		Seed: uint64(first), Now: time.Now(),
 	})
-	cutter := cutDatabase(t, w, harness.CutConfig{Every: 300 * time.Millisecond, Share: 0.3, Spare: time.Second, Seed: uint64(first)})
+	cutter := cutDatabase(t, w, harness.CutConfig{Every: 300 * time.Millisecond, Share: 0.3, Spare: 300 * time.Millisecond, Seed: uint64(first)})
 	// A background rate of 5xx and accept-then-reset all along, bursts on
 	// top: the default mode is fast enough that a burst can fall between
 	// two chunks of traffic.

@@ -57,7 +57,7 @@ func TestConnectionCuts(t *testing.T) {
 	})
 	w.sim.SetFaults(paysim.Faults{Latency: 10 * time.Millisecond, LatencyJitter: 20 * time.Millisecond,
 		ErrorRate: 0.02, ResetRate: 0.01, Decline: func(order int64) bool { return plan.Declined[order] }})
-	cutter := cutDatabase(t, w, harness.CutConfig{Every: 150 * time.Millisecond, Share: 0.5, Spare: time.Second, Seed: uint64(first)})
+	cutter := cutDatabase(t, w, harness.CutConfig{Every: 150 * time.Millisecond, Share: 0.5, Spare: 300 * time.Millisecond, Seed: uint64(first)})
 	env := append([]string{"BILLING_KAFKA_SESSION_TIMEOUT=3s", "BILLING_KAFKA_REBALANCE_TIMEOUT=6s",
 		"BILLING_DRAIN_TIMEOUT=2s", "BILLING_MAX_ATTEMPTS=30", "BILLING_RETRY_BACKOFF_MAX=1s"}, completerEnv...)
 
@@ -109,9 +109,15 @@ func TestConnectionCuts(t *testing.T) {
 	t.Logf("double charges: %d; pending claims: %d when drained, %d left after waiting %v; ledger rows %d, provider charges %d, exhausted %d",
 		len(rep.DoubleCharged), end.atDrain, end.pending, end.waited.Round(time.Second), rep.LedgerRows, rep.ProviderCharges, len(rep.Exhausted))
 	report(t, rep)
-	if crashes < 3 || kills < 3 || counts[harness.CutInFlight].Conns == 0 || counts[harness.CutAnswered].Conns == 0 {
-		t.Fatalf("the run made %d crashes, %d kills and cuts %s; want 3 crashes, 3 kills and in-flight and post-answer cuts",
-			crashes, kills, formatCuts(counts))
+	// Every step aimed at was hit (waiting for a claim may not happen
+	// once claims commit before the charge: no event waits on a lock then).
+	for _, k := range []harness.CutKind{harness.CutInFlight, harness.CutAnswered, harness.CutBeforeCommit, harness.CutBeforeClaim, harness.CutRandom} {
+		if counts[k].Conns < 10 {
+			t.Errorf("cuts %q killed %d connections, want at least 10", k, counts[k].Conns)
+		}
+	}
+	if crashes < 3 || kills < 3 {
+		t.Errorf("the run made %d Postgres crashes and %d kills, want at least 3 of each", crashes, kills)
 	}
 }
 

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,13 @@ const (
 	// proxied connections is cut while the consumer records the charge and
 	// commits.
 	CutAnswered CutKind = "answer sent, before commit"
+	// CutBeforeCommit: a connection is cut as it sends COMMIT, before the
+	// server gets it (after a charge: between the provider's answer and
+	// COMMIT, exactly).
+	CutBeforeCommit CutKind = "before COMMIT"
+	// CutBeforeClaim: a connection is cut as it sends the ledger claim (an
+	// INSERT INTO charge), before the server gets it.
+	CutBeforeClaim CutKind = "before the claim"
 	// CutClaimWait: every backend waiting on a lock (an event blocked on
 	// another transaction's claim of its order) is terminated, before it
 	// gets its claim.
@@ -36,7 +44,7 @@ const (
 )
 
 // CutKinds lists every CutKind, in the order reports print them.
-var CutKinds = []CutKind{CutInFlight, CutAnswered, CutClaimWait, CutRandom}
+var CutKinds = []CutKind{CutInFlight, CutAnswered, CutBeforeCommit, CutBeforeClaim, CutClaimWait, CutRandom}
 
 // CutCount is what a Cutter did of one kind.
 type CutCount struct {
@@ -53,18 +61,19 @@ type CutConfig struct {
 	// Share is the probability that a proxy cut (CutAnswered, CutRandom)
 	// takes any one live connection.
 	Share float64
-	// Spare keeps proxy cuts off connections younger than this (see
-	// PGProxy.CutShare).
+	// Spare keeps the share cuts (CutAnswered, CutRandom) off connections
+	// younger than this (see PGProxy.CutShare).
 	Spare time.Duration
 	Seed  uint64
 }
 
 // Cutter cuts the database connections of billing-consumer processes at
 // every step of their billing transactions: through a PGProxy they connect
-// by, and with pg_terminate_backend from admin, a pool that bypasses the
-// proxy, on the database named dbName. Hooks aims cuts at the provider's
-// activity; Run makes the timed ones. Nothing is cut while it is paused
-// (see SetActive). Safe for concurrent use.
+// by (its Tap sees their statements), and with pg_terminate_backend from
+// admin, a pool that bypasses the proxy, on the database named dbName.
+// Hooks aims cuts at the provider's activity; Run makes the timed ones.
+// Nothing is cut while it is paused (see SetActive). Safe for concurrent
+// use.
 type Cutter struct {
 	proxy  *PGProxy
 	admin  *pgxpool.Pool
@@ -79,12 +88,30 @@ type Cutter struct {
 	failed int
 }
 
-// NewCutter returns an active Cutter.
+// NewCutter returns an active Cutter; it installs its Tap on proxy.
 func NewCutter(proxy *PGProxy, admin *pgxpool.Pool, dbName string, cfg CutConfig) *Cutter {
 	c := &Cutter{proxy: proxy, admin: admin, dbName: dbName, cfg: cfg,
 		rng: rand.New(rand.NewPCG(cfg.Seed, 23)), next: map[CutKind]time.Time{}, counts: map[CutKind]CutCount{}}
 	c.active.Store(true)
+	proxy.SetTap(c.tap)
 	return c
+}
+
+// tap makes the CutBeforeCommit and CutBeforeClaim cuts.
+func (c *Cutter) tap(sql string) bool {
+	kind := CutBeforeClaim
+	switch q := strings.ToLower(strings.TrimSpace(sql)); {
+	case q == "commit":
+		kind = CutBeforeCommit
+	case strings.HasPrefix(q, "insert into charge"):
+	default:
+		return false
+	}
+	if !c.due(kind) {
+		return false
+	}
+	c.record(kind, 1)
+	return true
 }
 
 // SetActive turns the cutting on or off (off: for the final drain).

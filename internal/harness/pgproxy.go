@@ -17,7 +17,8 @@ import (
 // closes both sides at once, the client's with a TCP reset, so the client
 // sees its connection die mid-transaction and the server rolls back
 // whatever that connection had not committed. New connections are always
-// accepted. All methods are safe for concurrent use.
+// accepted. A Tap (SetTap) can cut a connection just before a given
+// statement reaches the server. All methods are safe for concurrent use.
 type PGProxy struct {
 	ln     net.Listener
 	target string
@@ -27,6 +28,7 @@ type PGProxy struct {
 	rng   *rand.Rand
 	links map[*link]struct{}
 	cuts  int
+	tap   Tap // see SetTap
 }
 
 // link is one proxied connection: the client's side and the server's.
@@ -79,7 +81,7 @@ func (p *PGProxy) serve() {
 		p.mu.Unlock()
 		p.wg.Go(func() {
 			var pipes sync.WaitGroup
-			pipes.Go(func() { _, _ = io.Copy(s, c); s.Close() })
+			pipes.Go(func() { p.forwardClient(l); s.Close() })
 			pipes.Go(func() { _, _ = io.Copy(c, s); c.Close() })
 			pipes.Wait()
 			p.mu.Lock()
@@ -115,16 +117,12 @@ func (p *PGProxy) CutShare(share float64, spare time.Duration) int {
 	p.cuts += len(doomed)
 	p.mu.Unlock()
 	for _, l := range doomed {
-		if tc, ok := l.client.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0) // a reset, not an orderly close
-		}
-		l.client.Close()
-		l.server.Close()
+		reset(l)
 	}
 	return len(doomed)
 }
 
-// Cuts returns how many connections CutShare has cut so far.
+// Cuts returns how many connections CutShare and the Tap have cut so far.
 func (p *PGProxy) Cuts() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -1,67 +1,83 @@
 package harness
 
 import (
-	"bufio"
-	"net"
+	"context"
+	"net/url"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/billing-consumer/billing-consumer/internal/pgtest"
 )
 
-// TestPGProxyCuts: the proxy forwards bytes both ways, CutShare kills live
-// connections (sparing young ones) and counts them, and new connections are
-// accepted after a cut.
-func TestPGProxyCuts(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// TestPGProxy runs real Postgres sessions through the proxy: statements
+// pass both ways (simple and prepared), the Tap cuts a connection before
+// the statement it names reaches the server, CutShare kills live
+// connections (sparing young ones) and counts them, and new connections
+// are accepted after a cut.
+func TestPGProxy(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	u, err := url.Parse(dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() { // an echo server standing in for Postgres
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				b := bufio.NewReader(c)
-				line, _ := b.ReadString('\n')
-				_, _ = c.Write([]byte(line))
-				_, _ = b.ReadByte() // until the proxy closes
-			}()
-		}
-	}()
-	p, err := StartPGProxy(ln.Addr().String(), 1)
+	p, err := StartPGProxy(u.Host, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	dial := func() net.Conn {
-		c, err := net.Dial("tcp", p.Addr())
+	proxied, err := p.URL(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	connect := func() *pgx.Conn {
+		c, err := pgx.Connect(ctx, proxied)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("connect through the proxy: %v", err)
 		}
-		t.Cleanup(func() { c.Close() })
-		if _, err := c.Write([]byte("ping\n")); err != nil {
-			t.Fatal(err)
-		}
-		if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "ping\n" {
-			t.Fatalf("echo through the proxy: %q, %v", line, err)
-		}
+		t.Cleanup(func() { c.Close(context.Background()) })
 		return c
 	}
-	a, b := dial(), dial()
-	if n := p.CutShare(1, time.Hour); n != 0 || p.Live() != 2 {
-		t.Fatalf("cut %d young connections (%d live), want 0 of 2", n, p.Live())
+	c := connect()
+	if _, err := c.Exec(ctx, "CREATE TABLE t (n int)"); err != nil {
+		t.Fatal(err)
 	}
-	if n := p.CutShare(1, 0); n != 2 || p.Cuts() != 2 {
-		t.Fatalf("cut %d connections (%d counted), want 2", n, p.Cuts())
+	var tapped atomic.Int32
+	p.SetTap(func(sql string) bool {
+		if strings.HasPrefix(sql, "INSERT INTO t") {
+			tapped.Add(1)
+			return true
+		}
+		return false
+	})
+	if _, err := c.Exec(ctx, "INSERT INTO t VALUES ($1)", 1); err == nil {
+		t.Fatal("the tapped insert succeeded")
 	}
-	for _, c := range []net.Conn{a, b} {
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if _, err := c.Read(make([]byte, 1)); err == nil {
-			t.Fatal("a cut connection still reads")
+	p.SetTap(nil)
+	var n int
+	if err := connect().QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil || n != 0 || tapped.Load() != 1 || p.Cuts() != 1 {
+		t.Fatalf("after the tap: %d rows (%v), tapped %d, cuts %d; want 0 rows, 1 tap, 1 cut", n, err, tapped.Load(), p.Cuts())
+	}
+
+	a, b := connect(), connect()
+	if got := p.CutShare(1, time.Hour); got != 0 {
+		t.Fatalf("cut %d young connections, want 0", got)
+	}
+	live := p.Live()
+	if got := p.CutShare(1, 0); got != live || p.Cuts() != 1+live {
+		t.Fatalf("cut %d of %d live connections (%d counted)", got, live, p.Cuts())
+	}
+	for _, c := range []*pgx.Conn{a, b} {
+		if err := c.Ping(ctx); err == nil {
+			t.Fatal("a cut connection still answers")
 		}
 	}
-	dial() // accepted again
+	if err := connect().Ping(ctx); err != nil {
+		t.Fatalf("a new connection after the cut: %v", err)
+	}
 }
