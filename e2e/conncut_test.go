@@ -32,9 +32,10 @@ const pendingWait = 60 * time.Second
 // two or three distinct events under different record keys, adjacent in
 // the stream, so they are on different partitions and replicas and in
 // flight at once: one holds the claim of the order while the others wait
-// on it. Meanwhile their Postgres connections are cut (harness.Cutter): while
-// a charge is in flight at the provider, right after its answer (before
-// COMMIT), while an event waits for another's claim, and at random
+// on it. Meanwhile their Postgres connections are cut (harness.Cutter):
+// while a charge is in flight at the provider; right after its answer; as
+// COMMIT or the ledger claim is being sent, before the server gets it;
+// while an event waits for another's claim; and at random
 // moments; Postgres itself is crashed (immediate stop) and restarted; the
 // provider answers 5xx and accept-then-reset; replicas are SIGKILLed. A
 // transaction that dies after the provider took the money must not let
@@ -103,9 +104,9 @@ func TestConnectionCuts(t *testing.T) {
 	end := w.settle(t, replicas, c)
 	rep := end.rep
 	counts, total := cutter.Counts()
-	t.Logf("connection cuts: %d records (%d orders; orders by distinct events %v), %d connections cut %s, "+
-		"%d Postgres crashes, %d SIGKILLs, provider faults %+v",
-		len(plan.Records), orders, distinctHistogram(plan), total, formatCuts(counts), crashes, kills, w.sim.Injected())
+	t.Logf("connection cuts: %d records (%d orders; orders by distinct events %v), %d connections cut %s "+
+		"(%d rounds of pg_terminate_backend found Postgres down), %d Postgres crashes, %d SIGKILLs, provider faults %+v",
+		len(plan.Records), orders, distinctHistogram(plan), total, formatCuts(counts), cutter.Failed(), crashes, kills, w.sim.Injected())
 	t.Logf("double charges: %d; pending claims: %d when drained, %d left after waiting %v; ledger rows %d, provider charges %d, exhausted %d",
 		len(rep.DoubleCharged), end.atDrain, end.pending, end.waited.Round(time.Second), rep.LedgerRows, rep.ProviderCharges, len(rep.Exhausted))
 	report(t, rep)

@@ -103,7 +103,7 @@ func (c *Cutter) tap(sql string) bool {
 	switch q := strings.ToLower(strings.TrimSpace(sql)); {
 	case q == "commit":
 		kind = CutBeforeCommit
-	case strings.HasPrefix(q, "insert into charge"):
+	case strings.Contains(q, "insert into charge"):
 	default:
 		return false
 	}
