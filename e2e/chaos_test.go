@@ -4,14 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +14,6 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/harness"
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
 	"github.com/billing-consumer/billing-consumer/internal/paysim"
 	"github.com/billing-consumer/billing-consumer/internal/pgtest"
 )
@@ -33,7 +27,8 @@ type chaosProfile struct {
 	every      time.Duration // mean pause between actions
 	minKills   int
 	minFaults  int // provider faults injected (5xx, resets, timeouts)
-	restartsPG int
+	minCuts    int // Postgres connections cut (harness.Cutter)
+	restartsPG int // half of them crashes (immediate stop)
 	restartsKB int
 }
 
@@ -41,154 +36,28 @@ func profile(t *testing.T) chaosProfile {
 	switch p := os.Getenv("BILLING_CHAOS_PROFILE"); p {
 	case "", "short":
 		return chaosProfile{name: "short", orders: 4000, actions: 24, every: 700 * time.Millisecond,
-			minKills: 8, minFaults: 50, restartsPG: 1, restartsKB: 1}
+			minKills: 8, minFaults: 50, minCuts: 100, restartsPG: 2, restartsKB: 1}
 	case "long":
 		return chaosProfile{name: "long", orders: 40000, actions: 300, every: 600 * time.Millisecond,
-			minKills: 100, minFaults: 1000, restartsPG: 5, restartsKB: 5}
+			minKills: 100, minFaults: 1000, minCuts: 1000, restartsPG: 6, restartsKB: 5}
 	default:
 		t.Fatalf("BILLING_CHAOS_PROFILE=%q: want short or long", p)
 		return chaosProfile{}
 	}
 }
 
-// services is a Postgres cluster and a Kafka broker of the chaos test's
-// own, started through the project's scripts, so that restarting them does
-// not disturb the tests running beside it.
-type services struct {
-	pgEnv, kafkaEnv []string
-	adminURL        string
-	brokers         []string
-}
-
-func startServices(t *testing.T) *services {
-	t.Helper()
-	// Not t.TempDir: Postgres runs as its own user, which must reach the
-	// directory.
-	dir, err := os.MkdirTemp("", "billing-chaos-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	s := &services{
-		pgEnv: []string{"PG_DIR=" + dir + "/pg", "PG_PORT=" + freePort(t)},
-		kafkaEnv: []string{"KAFKA_DIR=" + dir + "/kafka", "KAFKA_PORT=" + freePort(t),
-			"KAFKA_CONTROLLER_PORT=" + freePort(t)},
-	}
-	s.adminURL = strings.TrimSpace(s.script(t, s.pgEnv, "pg.sh", "start"))
-	s.brokers = []string{strings.TrimSpace(s.script(t, s.kafkaEnv, "kafka.sh", "start"))}
-	t.Cleanup(func() {
-		_, _ = s.try(s.kafkaEnv, "kafka.sh", "stop")
-		_, _ = s.try(s.pgEnv, "pg.sh", "stop")
-	})
-	return s
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) string {
-	t.Helper()
-	_, port, err := net.SplitHostPort(kafkatest.FreePort(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return port
-}
-
-func (s *services) try(env []string, script string, args ...string) (string, error) {
-	cmd := exec.Command("../scripts/"+script, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("scripts/%s %s: %v\n%s", script, strings.Join(args, " "), err, stderr.String())
-	}
-	return string(out), nil
-}
-
-func (s *services) script(t *testing.T, env []string, script string, args ...string) string {
-	t.Helper()
-	out, err := s.try(env, script, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// cutProxy forwards TCP to the provider and can cut the network: while cut,
-// it refuses new connections and has dropped the open ones.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	cut    atomic.Bool
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Go(p.serve)
-	t.Cleanup(func() { ln.Close(); p.setCut(true); p.wg.Wait() })
-	return p
-}
-
-func (p *cutProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if p.cut.Load() {
-			c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.track(c, up)
-		p.wg.Go(func() { io.Copy(up, c); up.Close() })
-		p.wg.Go(func() { io.Copy(c, up); c.Close() })
-	}
-}
-
-func (p *cutProxy) track(cs ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cs {
-		p.conns[c] = struct{}{}
-	}
-}
-
-func (p *cutProxy) setCut(cut bool) {
-	p.cut.Store(cut)
-	if !cut {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		c.Close()
-	}
-	clear(p.conns)
-}
-
 // TestChaos runs two consumer replicas while it kills them at random
-// moments, restarts the broker and Postgres, cuts the network to the
+// moments, restarts the broker, restarts and crashes Postgres, cuts
+// Postgres connections at every step of the billing transactions
+// (harness.Cutter, as TestConnectionCuts), cuts the network to the
 // provider, turns on bursts of provider faults (5xx, accept-then-reset, 409,
 // slow bodies and latency spikes past the client timeout) and replays
-// already processed events from the DLQ; duplicates, some in other partitions, are part of
-// the traffic. Then it checks SPEC §9 from the outside and prints what it
-// did. The profile sets the sizes (BILLING_CHAOS_PROFILE).
+// already processed events from the DLQ. Duplicates, some in other
+// partitions, and orders arriving as several distinct events under other
+// keys, in flight at once, are part of the traffic. Then it checks SPEC §9
+// from the outside, with no replay of what the run dead-lettered: no valid
+// event may be exhausted, no claim left pending. It prints what it did.
+// The profile sets the sizes (BILLING_CHAOS_PROFILE).
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fault-injection suite; runs in make test and make chaos")
@@ -202,8 +71,10 @@ func TestChaos(t *testing.T) {
 	first := time.Now().UnixMilli() * 10
 	plan := mustPlan(t, harness.Spec{
 		Orders: prof.orders, FirstOrderID: first, DuplicateRate: 0.15, CrossPartitionRate: 0.5,
-		Invalid: 30, SecondEvents: 10, Conflicts: 5, Declined: 5, Seed: uint64(first), Now: time.Now(),
+		Invalid: 30, SecondEvents: 10, Conflicts: 5, Declined: 5, ConcurrentEvents: prof.orders / 5, EventsPerOrder: 3,
+		Seed: uint64(first), Now: time.Now(),
 	})
+	cutter := cutDatabase(t, w, harness.CutConfig{Every: 300 * time.Millisecond, Share: 0.3, Spare: 300 * time.Millisecond, Seed: uint64(first)})
 	// A background rate of 5xx and accept-then-reset all along, bursts on
 	// top: the default mode is fast enough that a burst can fall between
 	// two chunks of traffic.
@@ -216,122 +87,137 @@ func TestChaos(t *testing.T) {
 		"BILLING_SHUTDOWN_TIMEOUT=15s", "BILLING_PAYMENT_TIMEOUT=500ms", "BILLING_MAX_ATTEMPTS=30",
 		"BILLING_RETRY_BACKOFF=20ms", "BILLING_RETRY_BACKOFF_MAX=1s", "BILLING_CONCURRENCY=32",
 	}
+	env = append(env, completerEnv...)
 
 	// The traffic arrives throughout the run, not all at once.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	go cutter.Run(ctx)
 	produced := make(chan error, 1)
 	go func() {
 		const chunk = 200
 		pause := time.Duration(int64(prof.every) * int64(prof.actions) * chunk / int64(len(plan.Records)))
-		for i := 0; i < len(plan.Records); i += chunk {
-			recs := plan.Records[i:min(i+chunk, len(plan.Records))]
-			for {
-				err := harness.Produce(ctx, w.brokers, w.topic, recs)
-				if err == nil {
-					break
-				}
-				if ctx.Err() != nil {
-					produced <- err
-					return
-				}
-				time.Sleep(200 * time.Millisecond) // the broker is restarting
-			}
-			time.Sleep(pause)
-		}
-		produced <- nil
+		produced <- harness.Trickle(ctx, w.brokers, w.topic, plan.Records, chunk, pause)
 	}()
 
-	replicas := []*harness.Process{w.start(t, env, "run"), w.start(t, env, "run")}
-	rng := rand.New(rand.NewPCG(uint64(first), 7))
-	counts := map[string]int{}
+	run := &chaosRun{t: t, w: w, svc: svc, proxy: proxy, plan: plan, base: base, env: env, every: prof.every,
+		rng: rand.New(rand.NewPCG(uint64(first), 7)), counts: map[string]int{}}
+	run.replicas = []*harness.Process{w.start(t, env, "run"), w.start(t, env, "run")}
 	restarts := schedule(prof)
 	for i := range prof.actions {
-		time.Sleep(time.Duration(rng.Int64N(int64(2 * prof.every))))
-		action := pick(rng, i, restarts)
-		counts[action]++
-		switch action {
-		case "kill":
-			r := rng.IntN(len(replicas))
-			replicas[r].Kill()
-			replicas[r] = w.start(t, env, "run")
-		case "5xx burst", "reset burst", "latency spike", "409 burst", "slow-body burst":
-			f := base
-			switch action {
-			case "5xx burst":
-				f.ErrorRate = 0.5
-			case "reset burst":
-				f.ResetRate = 0.3
-			case "409 burst":
-				f.ConflictRate = 0.3
-			case "slow-body burst":
-				f.SlowBodyRate = 0.3 // each slower than the 500 ms client timeout
-			default:
-				f.Latency = 700 * time.Millisecond // past the 500 ms client timeout: outcome unknown
-			}
-			w.sim.SetFaults(f)
-			time.Sleep(prof.every)
-			w.sim.SetFaults(base)
-		case "provider cut":
-			proxy.setCut(true)
-			time.Sleep(2 * time.Second)
-			proxy.setCut(false)
-		case "broker restart":
-			svc.script(t, svc.kafkaEnv, "kafka.sh", "restart")
-		case "postgres restart":
-			svc.script(t, svc.pgEnv, "pg.sh", "restart")
-		case "replay of processed events":
-			replayProcessed(t, w, plan, rng)
-		}
+		time.Sleep(time.Duration(run.rng.Int64N(int64(2 * prof.every))))
+		run.act(pick(run.rng, i, restarts))
 	}
+	replicas, counts := run.replicas, run.counts
 	if err := <-produced; err != nil {
 		t.Fatalf("producing the workload: %v", err)
 	}
 	w.sim.SetFaults(base)
 	proxy.setCut(false)
+	cutter.SetActive(false)
 
-	// Anything that ran out of attempts during the storms is replayed,
-	// as an operator would.
-	for _, r := range replicas {
-		if exited, _ := r.Exited(); exited {
-			t.Fatal("a replica exited by itself during the run")
-		}
-	}
-	w.waitDrained(t, replicas[0], 5*time.Minute)
-	if err := w.run(t, "dlq", "replay", "--reason", "exhausted").Wait(context.Background()); err != nil {
-		t.Fatalf("dlq replay: %v", err)
-	}
-	w.waitDrained(t, replicas[0], 5*time.Minute)
-	for _, r := range replicas {
-		if err := r.Stop(30 * time.Second); err != nil {
-			t.Fatalf("graceful stop after the run: %v", err)
-		}
-	}
-
-	rep := w.verify(t, plan, first, prof.orders)
+	// No replay of what the run dead-lettered: every valid event must have
+	// been charged by the consumers themselves.
+	c := w.check(plan, first, prof.orders)
+	c.ForbidExhausted = true
+	c.Planted = func(r harness.DLQRecord) bool { return r.Headers[chaosCopyHeader] != "" }
+	end := w.settle(t, replicas, c)
+	rep := end.rep
 	inj := w.sim.Injected()
 	lost := len(rep.NotCharged) + rep.InvalidMissing
-	t.Logf("chaos profile %s: %d records, %d actions %v", prof.name, len(plan.Records), prof.actions, counts)
+	cuts, cutConns := cutter.Counts()
+	t.Logf("chaos profile %s: %d records (orders by distinct events %v), %d actions %v",
+		prof.name, len(plan.Records), distinctHistogram(plan), prof.actions, counts)
 	faults := inj.Errors + inj.Resets + inj.Conflicts + inj.SlowBodies
 	t.Logf("kills survived: %d; provider faults injected: %d (%d 5xx, %d accept-then-reset, %d 409, %d slow bodies), plus %d declines; replays served %d",
 		counts["kill"], faults, inj.Errors, inj.Resets, inj.Conflicts, inj.SlowBodies, inj.Declines, w.sim.Replays())
-	t.Logf("double charges: %d; lost events: %d; DLQ %v", len(rep.DoubleCharged), lost, rep.DLQ)
+	t.Logf("Postgres connections cut: %d %s", cutConns, formatCuts(cuts))
+	t.Logf("double charges: %d; lost events: %d; exhausted valid events: %d; pending claims: %d when drained, %d left after %v; DLQ %v",
+		len(rep.DoubleCharged), lost, len(rep.Exhausted), end.atDrain, end.pending, end.waited.Round(time.Second), rep.DLQ)
 	report(t, rep)
-	if counts["kill"] < prof.minKills || faults < prof.minFaults {
-		t.Fatalf("the run injected %d kills and %d provider faults; the %s profile promises at least %d and %d",
-			counts["kill"], faults, prof.name, prof.minKills, prof.minFaults)
+	if counts["kill"] < prof.minKills || faults < prof.minFaults || cutConns < prof.minCuts {
+		t.Fatalf("the run injected %d kills, %d provider faults and %d connection cuts; the %s profile promises at least %d, %d and %d",
+			counts["kill"], faults, cutConns, prof.name, prof.minKills, prof.minFaults, prof.minCuts)
+	}
+}
+
+// chaosRun is what TestChaos's fault actions work on.
+type chaosRun struct {
+	t        *testing.T
+	w        *world
+	svc      *services
+	proxy    *cutProxy
+	plan     harness.Plan
+	base     paysim.Faults
+	env      []string
+	every    time.Duration
+	rng      *rand.Rand
+	replicas []*harness.Process
+	counts   map[string]int // actions taken, by name
+}
+
+// act takes one fault action (see pick) and counts it.
+func (r *chaosRun) act(action string) {
+	t, w := r.t, r.w
+	r.counts[action]++
+	switch action {
+	case "kill":
+		i := r.rng.IntN(len(r.replicas))
+		r.replicas[i].Kill()
+		r.replicas[i] = w.start(t, r.env, "run")
+	case "5xx burst", "reset burst", "latency spike", "409 burst", "slow-body burst":
+		f := r.base
+		switch action {
+		case "5xx burst":
+			f.ErrorRate = 0.5
+		case "reset burst":
+			f.ResetRate = 0.3
+		case "409 burst":
+			f.ConflictRate = 0.3
+		case "slow-body burst":
+			f.SlowBodyRate = 0.3 // each slower than the 500 ms client timeout
+		default:
+			f.Latency = 700 * time.Millisecond // past the 500 ms client timeout: outcome unknown
+		}
+		w.sim.SetFaults(f)
+		time.Sleep(r.every)
+		w.sim.SetFaults(r.base)
+	case "provider cut":
+		r.proxy.setCut(true)
+		time.Sleep(2 * time.Second)
+		r.proxy.setCut(false)
+	case "broker restart":
+		r.svc.script(t, r.svc.kafkaEnv, "kafka.sh", "restart")
+	case "postgres restart":
+		r.svc.script(t, r.svc.pgEnv, "pg.sh", "restart")
+	case "postgres crash":
+		r.svc.script(t, r.svc.pgEnv, "pg.sh", "crash")
+	case "replay of processed events":
+		if err := replayProcessed(w, r.plan, r.rng); err != nil {
+			t.Fatalf("replay of processed events: %v", err)
+		}
+	default:
+		t.Fatalf("unknown chaos action %q", action)
 	}
 }
 
 // schedule places the broker and Postgres restarts evenly over the run,
-// alternating.
+// alternating; every other Postgres restart is a crash (immediate stop).
 func schedule(prof chaosProfile) map[int]string {
 	m := map[int]string{}
 	n := prof.restartsPG + prof.restartsKB
+	pg, kb := 0, 0
 	for k := range n {
 		what := "broker restart"
-		if k%2 == 1 {
+		switch {
+		case pg < prof.restartsPG && (k%2 == 1 || kb == prof.restartsKB):
 			what = "postgres restart"
+			if pg%2 == 1 {
+				what = "postgres crash"
+			}
+			pg++
+		default:
+			kb++
 		}
 		m[(k+1)*prof.actions/(n+1)] = what
 	}
@@ -353,12 +239,16 @@ func pick(rng *rand.Rand, i int, restarts map[int]string) string {
 	return others[rng.IntN(len(others))]
 }
 
+// chaosCopyHeader marks the records replayProcessed plants in the DLQ, so
+// that the final check tells them from the consumers' own.
+const chaosCopyHeader = "chaos-copy"
+
 // replayProcessed copies a few records of charged orders into the DLQ and
 // replays them: they must come out as duplicates. (Invalid or declined
 // records would come back to the DLQ and, replayed again and again, reach
-// the replay limit, which stops every later replay by design.)
-func replayProcessed(t *testing.T, w *world, plan harness.Plan, rng *rand.Rand) {
-	t.Helper()
+// the replay limit, which stops every later replay by design.) An error
+// means the replay did not happen.
+func replayProcessed(w *world, plan harness.Plan, rng *rand.Rand) error {
 	var recs []kafka.Message
 	for start := rng.IntN(len(plan.Records)); len(recs) < 20 && start < len(plan.Records); start++ {
 		m := plan.Records[start]
@@ -373,19 +263,28 @@ func replayProcessed(t *testing.T, w *world, plan harness.Plan, rng *rand.Rand) 
 			continue // not a charged order, or its conflicting second event
 		}
 		m.Topic = w.topic
-		recs = append(recs, dlq.Record(m, w.group, dlq.Exhausted, fmt.Errorf("chaos: copied"), 1, time.Now()))
+		rec := dlq.Record(m, w.group, dlq.Exhausted, fmt.Errorf("chaos: copied"), 1, time.Now())
+		rec.Headers = append(rec.Headers, kafka.Header{Key: chaosCopyHeader, Value: []byte("1")})
+		recs = append(recs, rec)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := harness.Produce(ctx, w.brokers, w.dlqTopic, recs); err != nil {
-		t.Logf("replay setup: %v (broker busy; skipped this time)", err)
-		return
+	// Trickle resends while the broker is busy, until ctx ends.
+	if err := harness.Trickle(ctx, w.brokers, w.dlqTopic, recs, len(recs), 0); err != nil {
+		return fmt.Errorf("copy records to the DLQ: %w", err)
 	}
 	// Only the copies (reason exhausted): the consumer's own invalid,
 	// permanent and conflict records would come back to the DLQ on every
 	// round and, at the replay limit, stop every later replay by design.
-	p := w.run(t, "dlq", "replay", "--reason", "exhausted")
-	if err := p.Wait(ctx); err != nil {
-		t.Logf("dlq replay: %v", err)
+	// (The consumers dead-letter no valid event as exhausted: the final
+	// check fails on any.)
+	p, err := harness.Start(w.bin, []string{"dlq", "replay", "--reason", "exhausted"}, w.env(), w.log)
+	if err != nil {
+		return err
 	}
+	defer p.Kill()
+	if err := p.Wait(ctx); err != nil {
+		return fmt.Errorf("dlq replay: %w", err)
+	}
+	return nil
 }

@@ -139,12 +139,22 @@ func (w *world) start(t *testing.T, extraEnv []string, args ...string) *harness.
 
 func (w *world) verify(t *testing.T, plan harness.Plan, first int64, orders int) harness.Report {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rep, err := harness.Verify(ctx, harness.Check{
+	return w.verifyWith(t, w.check(plan, first, orders))
+}
+
+// check is what verify checks; fault tests tighten it before verifyWith.
+func (w *world) check(plan harness.Plan, first int64, orders int) harness.Check {
+	return harness.Check{
 		Brokers: w.brokers, Topic: w.topic, DLQTopic: w.dlqTopic, Group: w.group, DB: w.db, Sim: w.sim,
 		Plan: plan, FirstOrderID: first, LastOrderID: first + int64(orders),
-	})
+	}
+}
+
+func (w *world) verifyWith(t *testing.T, c harness.Check) harness.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := harness.Verify(ctx, c)
 	if err != nil {
 		t.Fatalf("verify: %v", err)
 	}

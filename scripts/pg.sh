@@ -5,6 +5,8 @@
 #   scripts/pg.sh start    init (first time) and start; prints the database URL
 #   scripts/pg.sh stop     fast shutdown
 #   scripts/pg.sh restart  stop + start, keeping the data (fault tests)
+#   scripts/pg.sh crash    immediate-mode stop (no checkpoint, as a crash or
+#                          a node loss) + start with crash recovery (fault tests)
 #   scripts/pg.sh url      print the URL of the billing database
 #   scripts/pg.sh status
 #
@@ -77,14 +79,15 @@ CONF
 }
 
 stop() {
-	if running; then as_owner "$PG_BIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null; fi
+	if running; then as_owner "$PG_BIN/pg_ctl" -D "$DATA" -m "${1:-fast}" -w stop >/dev/null; fi
 }
 
 case "${1:-}" in
 start) start ;;
 stop) stop ;;
 restart) stop; start ;;
+crash) stop immediate; start ;;
 url) echo "$URL" ;;
 status) if running; then echo "running on 127.0.0.1:$PG_PORT"; else echo "stopped"; exit 3; fi ;;
-*) die "usage: scripts/pg.sh start|stop|restart|url|status" ;;
+*) die "usage: scripts/pg.sh start|stop|restart|crash|url|status" ;;
 esac

@@ -125,3 +125,30 @@ func ReadAll(ctx context.Context, brokers []string, topic string) ([]DLQRecord, 
 	}
 	return out, nil
 }
+
+// Trickle produces records in chunks of chunk, pausing pause after each,
+// so that the traffic arrives throughout a run rather than all at once. A
+// chunk that fails (the broker restarting) is sent again after a short
+// wait until ctx ends.
+func Trickle(ctx context.Context, brokers []string, topic string, records []kafka.Message, chunk int, pause time.Duration) error {
+	for i := 0; i < len(records); i += chunk {
+		recs := records[i:min(i+chunk, len(records))]
+		for {
+			err := Produce(ctx, brokers, topic, recs)
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(200 * time.Millisecond): // the broker is restarting
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+	return nil
+}

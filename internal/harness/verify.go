@@ -23,6 +23,15 @@ type Check struct {
 	// FirstOrderID and LastOrderID bound the orders of this run in the
 	// ledger (the database may hold other runs).
 	FirstOrderID, LastOrderID int64
+	// ForbidExhausted makes every "exhausted" dead-letter record of a valid
+	// event a problem (SPEC §9: ordinary provider trouble and lost database
+	// connections must not exhaust an event). Tests that exhaust events on
+	// purpose leave it off.
+	ForbidExhausted bool
+	// Planted, when set, tells the dead-letter records the test wrote itself
+	// (not the consumer): they are left out of Report.DLQ and of the
+	// exhausted check.
+	Planted func(DLQRecord) bool
 }
 
 // Report is the outcome of Verify: SPEC §9 seen from outside.
@@ -30,133 +39,43 @@ type Report struct {
 	ExpectedCharges int
 	ProviderCharges int // distinct charges the provider took for this run's orders
 	LedgerRows      int
+	Pending         int     // ledger claims left 'pending'
+	Blocked         int     // ledger claims in any other state than 'charged' or 'pending'
 	DoubleCharged   []int64 // orders the provider charged more than once
 	NotCharged      []int64 // valid orders without exactly one provider charge and one ledger row
 	WrongCharges    []int64 // orders charged that must not be, or with the wrong amount
-	DLQ             map[dlq.Reason]int
-	InvalidMissing  int // invalid records not found in the DLQ
-	LaggingParts    []int
-	Problems        []string
+	// Mismatched orders have a ledger row that does not name the charge
+	// the provider took: another event_id than its Idempotency-Key, or
+	// another charge id.
+	Mismatched []int64
+	DLQ        map[dlq.Reason]int
+	// Exhausted are the consumer's "exhausted" records of valid events.
+	Exhausted      []DLQRecord
+	InvalidMissing int // invalid records not found in the DLQ
+	LaggingParts   []int
+	Problems       []string
 }
 
 // OK reports whether every guarantee held.
 func (r Report) OK() bool { return len(r.Problems) == 0 }
 
+func (r *Report) problem(format string, args ...any) {
+	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+}
+
 // Verify checks that every valid order was charged exactly once at the
-// provider with one matching ledger row, that nothing else was charged,
-// that every invalid record and every expected DLQ reason is in the
-// dead-letter topic, and that the group's committed offsets reached the end
-// of every partition.
+// provider with one matching ledger row, settled ('charged') and naming
+// that charge, that nothing else was charged, that every invalid record and
+// every expected DLQ reason is in the dead-letter topic, and that the
+// group's committed offsets reached the end of every partition.
 func Verify(ctx context.Context, c Check) (Report, error) {
 	r := Report{ExpectedCharges: len(c.Plan.Charged), DLQ: map[dlq.Reason]int{}}
-	problem := func(format string, args ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, args...)) }
-
-	provider := map[int64]int{}
-	providerAmount := map[int64]string{}
-	for _, ch := range c.Sim.Charges() {
-		if ch.OrderID < c.FirstOrderID || ch.OrderID > c.LastOrderID {
-			continue
-		}
-		provider[ch.OrderID]++
-		providerAmount[ch.OrderID] = ch.Amount
-		r.ProviderCharges++
-	}
-	rows, err := c.DB.Query(ctx, "SELECT order_id, amount::text, status FROM charge WHERE order_id BETWEEN $1 AND $2", c.FirstOrderID, c.LastOrderID)
-	if err != nil {
-		return r, fmt.Errorf("read ledger: %w", err)
-	}
-	ledger := map[int64]string{}
-	var pending []int64
-	for rows.Next() {
-		var id int64
-		var amount, status string
-		if err := rows.Scan(&id, &amount, &status); err != nil {
-			return r, err
-		}
-		ledger[id] = amount
-		if status != "charged" {
-			pending = append(pending, id)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return r, fmt.Errorf("read ledger: %w", err)
-	}
-	r.LedgerRows = len(ledger)
-
-	for order, n := range provider {
-		if n > 1 {
-			r.DoubleCharged = append(r.DoubleCharged, order)
-		}
-		if _, ok := c.Plan.Charged[order]; !ok {
-			r.WrongCharges = append(r.WrongCharges, order)
-		}
-	}
-	for order, amount := range c.Plan.Charged {
-		if provider[order] != 1 {
-			if provider[order] == 0 {
-				r.NotCharged = append(r.NotCharged, order)
-			}
-			continue
-		}
-		want := amount.String()
-		if ledger[order] == "" {
-			r.NotCharged = append(r.NotCharged, order)
-		} else if ledger[order] != want || providerAmount[order] != want {
-			r.WrongCharges = append(r.WrongCharges, order)
-		}
-	}
-	for order := range ledger {
-		if _, ok := c.Plan.Charged[order]; !ok {
-			r.WrongCharges = append(r.WrongCharges, order)
-		}
-	}
-	slices.Sort(r.DoubleCharged)
-	slices.Sort(r.NotCharged)
-	slices.Sort(r.WrongCharges)
-	if len(pending) > 0 {
-		slices.Sort(pending)
-		problem("%d orders left with a charge of unknown outcome (ledger status pending): %v", len(pending), head(pending))
-	}
-	if len(r.DoubleCharged) > 0 {
-		problem("%d orders charged more than once at the provider: %v", len(r.DoubleCharged), head(r.DoubleCharged))
-	}
-	if len(r.NotCharged) > 0 {
-		problem("%d valid orders not charged exactly once with a ledger row: %v", len(r.NotCharged), head(r.NotCharged))
-	}
-	if len(r.WrongCharges) > 0 {
-		problem("%d orders charged that must not be, or with a wrong amount: %v", len(r.WrongCharges), head(r.WrongCharges))
-	}
-
-	records, err := ReadAll(ctx, c.Brokers, c.DLQTopic)
-	if err != nil {
+	if err := r.checkCharges(ctx, c); err != nil {
 		return r, err
 	}
-	seen := map[string]bool{}
-	for _, rec := range records {
-		r.DLQ[rec.Reason]++
-		seen[rec.Value] = true
-		for _, h := range []string{dlq.HeaderOriginalTopic, dlq.HeaderOriginalPartition, dlq.HeaderOriginalOffset,
-			dlq.HeaderConsumerGroup, dlq.HeaderReason, dlq.HeaderError, dlq.HeaderAttempts, dlq.HeaderFailedAt} {
-			if rec.Headers[h] == "" {
-				problem("a DLQ record lacks header %s", h)
-				break
-			}
-		}
+	if err := r.checkDLQ(ctx, c); err != nil {
+		return r, err
 	}
-	for v := range c.Plan.InvalidValues {
-		if !seen[v] {
-			r.InvalidMissing++
-		}
-	}
-	if r.InvalidMissing > 0 {
-		problem("%d invalid records are not in the DLQ", r.InvalidMissing)
-	}
-	for reason, n := range c.Plan.DLQ {
-		if r.DLQ[reason] < n {
-			problem("DLQ has %d %q records, want at least %d", r.DLQ[reason], reason, n)
-		}
-	}
-
 	lags, err := Lag(ctx, c.Brokers, c.Topic, c.Group)
 	if err != nil {
 		return r, err
@@ -167,9 +86,159 @@ func Verify(ctx context.Context, c Check) (Report, error) {
 		}
 	}
 	if len(r.LaggingParts) > 0 {
-		problem("committed offsets short of the end on partitions %v", r.LaggingParts)
+		r.problem("committed offsets short of the end on partitions %v", r.LaggingParts)
 	}
 	return r, nil
+}
+
+// ledgerRow is one row of the charge ledger.
+type ledgerRow struct {
+	eventID, amount, status, chargeID string
+}
+
+func readLedger(ctx context.Context, c Check) (map[int64]ledgerRow, error) {
+	rows, err := c.DB.Query(ctx, `SELECT order_id, event_id::text, amount::text, status, coalesce(provider_charge_id, '')
+FROM charge WHERE order_id BETWEEN $1 AND $2`, c.FirstOrderID, c.LastOrderID)
+	if err != nil {
+		return nil, fmt.Errorf("read ledger: %w", err)
+	}
+	defer rows.Close()
+	ledger := map[int64]ledgerRow{}
+	for rows.Next() {
+		var id int64
+		var row ledgerRow
+		if err := rows.Scan(&id, &row.eventID, &row.amount, &row.status, &row.chargeID); err != nil {
+			return nil, fmt.Errorf("read ledger: %w", err)
+		}
+		ledger[id] = row
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read ledger: %w", err)
+	}
+	return ledger, nil
+}
+
+// checkCharges compares the provider's charges, the ledger and the plan.
+func (r *Report) checkCharges(ctx context.Context, c Check) error {
+	provider := map[int64][]paysim.ChargeRecord{}
+	for _, ch := range c.Sim.Charges() {
+		if ch.OrderID >= c.FirstOrderID && ch.OrderID <= c.LastOrderID {
+			provider[ch.OrderID] = append(provider[ch.OrderID], ch)
+			r.ProviderCharges++
+		}
+	}
+	ledger, err := readLedger(ctx, c)
+	if err != nil {
+		return err
+	}
+	r.LedgerRows = len(ledger)
+	var pending, blocked []int64
+	for order, row := range ledger {
+		switch row.status {
+		case "charged":
+		case "pending":
+			pending = append(pending, order)
+		default:
+			blocked = append(blocked, order)
+		}
+		if _, ok := c.Plan.Charged[order]; !ok {
+			r.WrongCharges = append(r.WrongCharges, order)
+		}
+	}
+	r.Pending, r.Blocked = len(pending), len(blocked)
+	for order, chs := range provider {
+		if len(chs) > 1 {
+			r.DoubleCharged = append(r.DoubleCharged, order)
+		}
+		if _, ok := c.Plan.Charged[order]; !ok {
+			r.WrongCharges = append(r.WrongCharges, order)
+		}
+	}
+	for order, amount := range c.Plan.Charged {
+		chs, row := provider[order], ledger[order]
+		switch {
+		case len(chs) == 0 || len(chs) == 1 && row.amount == "":
+			r.NotCharged = append(r.NotCharged, order)
+		case len(chs) > 1: // counted as a double charge
+		case row.amount != amount.String() || chs[0].Amount != amount.String():
+			r.WrongCharges = append(r.WrongCharges, order)
+		case row.status == "charged" && (row.eventID != chs[0].Key || row.chargeID != chs[0].ChargeID):
+			r.Mismatched = append(r.Mismatched, order)
+		}
+	}
+	for _, ids := range [][]int64{pending, blocked, r.DoubleCharged, r.NotCharged, r.WrongCharges, r.Mismatched} {
+		slices.Sort(ids)
+	}
+	r.WrongCharges = slices.Compact(r.WrongCharges)
+	if len(pending) > 0 {
+		r.problem("%d ledger claims left pending (a charge of unknown outcome): %v", len(pending), head(pending))
+	}
+	if len(blocked) > 0 {
+		r.problem("%d ledger claims neither charged nor pending (blocked): %v", len(blocked), head(blocked))
+	}
+	if len(r.DoubleCharged) > 0 {
+		r.problem("%d orders charged more than once at the provider: %v", len(r.DoubleCharged), head(r.DoubleCharged))
+	}
+	if len(r.NotCharged) > 0 {
+		r.problem("%d valid orders not charged exactly once with a ledger row: %v", len(r.NotCharged), head(r.NotCharged))
+	}
+	if len(r.WrongCharges) > 0 {
+		r.problem("%d orders charged that must not be, or with a wrong amount: %v", len(r.WrongCharges), head(r.WrongCharges))
+	}
+	if len(r.Mismatched) > 0 {
+		r.problem("%d ledger rows name another event or charge id than the provider's charge: %v", len(r.Mismatched), head(r.Mismatched))
+	}
+	if r.ProviderCharges != r.LedgerRows {
+		r.problem("the provider took %d distinct charges, the ledger has %d rows", r.ProviderCharges, r.LedgerRows)
+	}
+	return nil
+}
+
+// checkDLQ reads the dead-letter topic: its headers, the invalid records,
+// the expected reasons and (with ForbidExhausted) no exhausted valid event.
+func (r *Report) checkDLQ(ctx context.Context, c Check) error {
+	records, err := ReadAll(ctx, c.Brokers, c.DLQTopic)
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, rec := range records {
+		if c.Planted != nil && c.Planted(rec) {
+			continue
+		}
+		r.DLQ[rec.Reason]++
+		seen[rec.Value] = true
+		if rec.Reason == dlq.Exhausted && !c.Plan.InvalidValues[rec.Value] {
+			r.Exhausted = append(r.Exhausted, rec)
+		}
+		for _, h := range []string{dlq.HeaderOriginalTopic, dlq.HeaderOriginalPartition, dlq.HeaderOriginalOffset,
+			dlq.HeaderConsumerGroup, dlq.HeaderReason, dlq.HeaderError, dlq.HeaderAttempts, dlq.HeaderFailedAt} {
+			if rec.Headers[h] == "" {
+				r.problem("a DLQ record lacks header %s", h)
+				break
+			}
+		}
+	}
+	for v := range c.Plan.InvalidValues {
+		if !seen[v] {
+			r.InvalidMissing++
+		}
+	}
+	if r.InvalidMissing > 0 {
+		r.problem("%d invalid records are not in the DLQ", r.InvalidMissing)
+	}
+	for reason, n := range c.Plan.DLQ {
+		if r.DLQ[reason] < n {
+			r.problem("DLQ has %d %q records, want at least %d", r.DLQ[reason], reason, n)
+		}
+	}
+	if c.ForbidExhausted {
+		for _, rec := range r.Exhausted {
+			r.problem("valid event dead-lettered as exhausted after %s attempts: %s (record %s)",
+				rec.Headers[dlq.HeaderAttempts], rec.Headers[dlq.HeaderError], rec.Value)
+		}
+	}
+	return nil
 }
 
 func head(ids []int64) []int64 {

@@ -40,6 +40,14 @@ type Spec struct {
 	// different amount: DLQ conflict.
 	SecondEvents int
 	Conflicts    int
+	// ConcurrentEvents orders arrive as 2 to EventsPerOrder distinct
+	// events (each its own event_id; same order, amount and customer) under
+	// different record keys, so most likely on different partitions, and
+	// next to each other in the stream, so that they are in flight at
+	// once: outcome charged for one, duplicate_order for the others.
+	// EventsPerOrder below 2 means 2.
+	ConcurrentEvents int
+	EventsPerOrder   int
 	// Declined orders are refused by the provider: DLQ permanent. The
 	// simulator must decline exactly the orders of Plan.Declined.
 	Declined int
@@ -64,6 +72,9 @@ type Plan struct {
 	// Outcomes counts the expected billing_events_total per result in a run
 	// without crashes.
 	Outcomes map[string]int
+	// Events maps each valid order to its number of distinct events (1 for
+	// most; exact duplicates are not distinct events).
+	Events map[int64]int
 }
 
 type eventJSON struct {
@@ -79,24 +90,28 @@ type eventJSON struct {
 // order's own events in sequence (an order's events share a key, hence a
 // partition, and a second event always follows the first).
 func Generate(spec Spec) (Plan, error) {
-	if spec.Declined+spec.SecondEvents+spec.Conflicts > spec.Orders {
-		return Plan{}, fmt.Errorf("workload: %d orders cannot carry %d declined, %d second events and %d conflicts",
-			spec.Orders, spec.Declined, spec.SecondEvents, spec.Conflicts)
+	if spec.Declined+spec.SecondEvents+spec.Conflicts+spec.ConcurrentEvents > spec.Orders {
+		return Plan{}, fmt.Errorf("workload: %d orders cannot carry %d declined, %d second events, %d conflicts and %d concurrent events",
+			spec.Orders, spec.Declined, spec.SecondEvents, spec.Conflicts, spec.ConcurrentEvents)
 	}
+	perOrder := max(2, spec.EventsPerOrder)
 	rng := rand.New(rand.NewPCG(spec.Seed, spec.Seed^0x9e3779b97f4a7c15))
 	p := Plan{
 		Charged: map[int64]money.Amount{}, Declined: map[int64]bool{},
 		DLQ: map[dlq.Reason]int{}, InvalidValues: map[string]bool{}, Outcomes: map[string]int{},
+		Events: map[int64]int{},
 	}
 	// streams holds each order's records in order; they are interleaved
 	// at random below.
-	var streams [][]kafka.Message
+	var streams []stream
+	concurrent := spec.Declined + spec.SecondEvents + spec.Conflicts + spec.ConcurrentEvents
 	for i := range spec.Orders {
 		order := spec.FirstOrderID + int64(i)
 		amount := money.Amount(100 + rng.IntN(50_000))
 		key := []byte(strconv.FormatInt(order, 10))
 		first := encode(order, amount, spec.Now)
 		s := []kafka.Message{{Key: key, Value: first}}
+		together := false
 		switch {
 		case i < spec.Declined:
 			p.Declined[order] = true
@@ -113,6 +128,14 @@ func Generate(spec Spec) (Plan, error) {
 			p.DLQ[dlq.Conflict]++
 			p.Outcomes["charged"]++
 			p.Outcomes["dlq"]++
+		case i < concurrent:
+			p.Charged[order] = amount
+			p.Outcomes["charged"]++
+			together = true
+			for j := range 1 + rng.IntN(perOrder-1) {
+				s = append(s, kafka.Message{Key: fmt.Appendf(nil, "%s-again-%d", key, j+1), Value: encode(order, amount, spec.Now)})
+				p.Outcomes["duplicate_order"]++
+			}
 		default:
 			p.Charged[order] = amount
 			p.Outcomes["charged"]++
@@ -125,12 +148,15 @@ func Generate(spec Spec) (Plan, error) {
 				p.Outcomes["duplicate"]++
 			}
 		}
-		streams = append(streams, s)
+		if !p.Declined[order] {
+			p.Events[order] = distinct(s)
+		}
+		streams = append(streams, stream{records: s, together: together})
 	}
 	for i := range spec.Invalid {
 		v := invalidRecord(i, spec.Now)
 		p.InvalidValues[string(v)] = true
-		streams = append(streams, []kafka.Message{{Key: []byte("bad-" + strconv.Itoa(i)), Value: v}})
+		streams = append(streams, stream{records: []kafka.Message{{Key: []byte("bad-" + strconv.Itoa(i)), Value: v}}})
 		p.DLQ[dlq.Invalid]++
 		p.Outcomes["dlq"]++
 	}
@@ -173,25 +199,58 @@ func invalidRecord(i int, now time.Time) []byte {
 	}
 }
 
+// distinct counts the distinct event_ids among records.
+func distinct(records []kafka.Message) int {
+	ids := map[string]bool{}
+	for _, m := range records {
+		var ev eventJSON
+		if json.Unmarshal(m.Value, &ev) == nil {
+			ids[ev.EventID] = true
+		}
+	}
+	return len(ids)
+}
+
+// stream is one order's records (or one invalid record), in the order they
+// must arrive. A stream together arrives as one run of adjacent records.
+type stream struct {
+	records  []kafka.Message
+	together bool
+}
+
 // interleave merges the streams in random order, keeping each stream's
-// own order.
-func interleave(rng *rand.Rand, streams [][]kafka.Message) []kafka.Message {
+// own order, and the records of a together stream adjacent.
+func interleave(rng *rand.Rand, streams []stream) []kafka.Message {
+	units := func(s stream) int {
+		if s.together {
+			return 1
+		}
+		return len(s.records)
+	}
 	var total int
 	for _, s := range streams {
-		total += len(s)
+		total += units(s)
 	}
-	// Each record gets a slot; a stream's records take its slots in
-	// increasing order.
+	// Each unit (a record, or a together stream) gets a slot; a stream's
+	// units take its slots in increasing order.
 	slots := rng.Perm(total)
-	out := make([]kafka.Message, total)
+	placed := make([][]kafka.Message, total)
 	next := 0
 	for _, s := range streams {
-		mine := slots[next : next+len(s)]
-		next += len(s)
+		mine := slots[next : next+units(s)]
+		next += units(s)
 		slices.Sort(mine)
-		for j, m := range s {
-			out[mine[j]] = m
+		if s.together {
+			placed[mine[0]] = s.records
+			continue
 		}
+		for j, m := range s.records {
+			placed[mine[j]] = []kafka.Message{m}
+		}
+	}
+	out := make([]kafka.Message, 0, total)
+	for _, u := range placed {
+		out = append(out, u...)
 	}
 	return out
 }

@@ -63,6 +63,7 @@ type Sim struct {
 	injected FaultCounts
 	replays  int
 	inFlight int
+	hooks    Hooks
 }
 
 // entry is what the simulator remembers of one idempotency key.
@@ -160,15 +161,16 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e := &entry{body: body}
 	s.keys[key] = e
 	s.inFlight++
-	f := s.faults
+	f, h := s.faults, s.hooks
 	d := s.drawLocked(f)
 	s.mu.Unlock()
 
-	s.process(w, key, e, req, f, d)
+	s.process(w, key, e, req, f, d, h)
 }
 
 // process takes (or declines, or fails) the charge of a new key and answers.
-func (s *Sim) process(w http.ResponseWriter, key string, e *entry, req chargeRequest, f Faults, d draw) {
+// h's hooks see it after the draw and after the answer.
+func (s *Sim) process(w http.ResponseWriter, key string, e *entry, req chargeRequest, f Faults, d draw, h Hooks) {
 	if d.conflict {
 		s.mu.Lock()
 		s.inFlight--
@@ -177,6 +179,10 @@ func (s *Sim) process(w http.ResponseWriter, key string, e *entry, req chargeReq
 		s.mu.Unlock()
 		s.reject(w, http.StatusConflict, "idempotency_key_in_use", "injected: a request with this key is in progress")
 		return
+	}
+	hr := Request{Key: key, OrderID: req.OrderID}
+	if h.Received != nil {
+		h.Received(hr)
 	}
 	if d.delay > 0 {
 		time.Sleep(d.delay) // not cut short by the client leaving: see Faults.Latency
@@ -190,6 +196,7 @@ func (s *Sim) process(w http.ResponseWriter, key string, e *entry, req chargeReq
 		s.injected.Errors++
 		s.mu.Unlock()
 		s.reject(w, http.StatusInternalServerError, "api_error", "injected failure, nothing charged")
+		answered(h, w, hr, http.StatusInternalServerError)
 		return
 	}
 	if declined {
@@ -215,6 +222,9 @@ func (s *Sim) process(w http.ResponseWriter, key string, e *entry, req chargeReq
 		s.injected.Resets++
 		s.requests[0]++
 		s.mu.Unlock()
+		if h.Answered != nil {
+			defer h.Answered(hr, 0) // abort may end the handler by panic
+		}
 		abort(w)
 		return
 	}
@@ -224,10 +234,12 @@ func (s *Sim) process(w http.ResponseWriter, key string, e *entry, req chargeReq
 		s.requests[status]++
 		s.mu.Unlock()
 		replySlowly(w, status, answer, f.SlowBodyDelay)
+		answered(h, w, hr, status)
 		return
 	}
 	s.mu.Unlock()
 	s.reply(w, status, answer)
+	answered(h, w, hr, status)
 }
 
 // parseCharge validates a request body. Amounts are stored in canonical
