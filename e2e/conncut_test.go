@@ -16,8 +16,7 @@ import (
 
 // completerEnv configures the service's completer of pending claims
 // (SPEC §6) so that a claim left pending by a dead transaction is settled
-// well within the tests' wait for pending claims (pendingWait). Unknown
-// BILLING_ variables are ignored by a binary that has no completer.
+// well within the tests' wait for pending claims (pendingWait).
 var completerEnv = []string{"BILLING_COMPLETER_AFTER=5s", "BILLING_COMPLETER_INTERVAL=1s"}
 
 // pendingWait bounds the wait, after the topic is drained, for every
