@@ -79,15 +79,15 @@ func printReconcile(w io.Writer, rep billing.PassReport) {
 		fmt.Fprintln(w, "another process is settling claims right now (the completer's lock is held); nothing was re-sent")
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ORDER\tEVENT\tCLAIMED AT\tRESULT\tDETAIL")
-	for _, s := range rep.Settled {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", s.OrderID, s.EventID, s.ClaimedAt.UTC().Format(time.RFC3339), s.Result, s.Detail)
+	fmt.Fprintln(tw, "ORDER\tEVENT\tAMOUNT\tCLAIMED AT\tRESULT\tDETAIL")
+	for _, s := range append(rep.Settled, rep.Blocked...) {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", s.OrderID, s.EventID, s.Amount, s.ClaimedAt.UTC().Format(time.RFC3339), s.Result, s.Detail)
 	}
 	_ = tw.Flush()
 	u := rep.Unsettled
 	fmt.Fprintf(w, "%d claims handled; now %d pending (oldest %s), %d blocked\n",
 		len(rep.Settled), u.Pending, u.OldestPending.Round(time.Second), u.Blocked)
 	if u.Blocked > 0 {
-		fmt.Fprintln(w, "blocked claims need an operator: SELECT * FROM charge WHERE status = 'blocked'; see docs/operations.md")
+		fmt.Fprintln(w, "blocked claims need an operator: see BillingLedgerClaimBlocked in docs/operations.md")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/money"
 )
 
 // completerLockKey is the Postgres advisory lock that lets one replica at a
@@ -77,6 +78,9 @@ type PassReport struct {
 	// Skipped is true when another process held the completer's lock.
 	Skipped bool
 	Settled []Settled
+	// Blocked are the blocked claims (the oldest 100), each with the
+	// completer's last word on it, for an operator.
+	Blocked []Settled
 	// Unsettled counts the claims after the pass.
 	Unsettled Unsettled
 }
@@ -95,6 +99,8 @@ const (
 WHERE status = 'pending' AND claimed_at < $1 ORDER BY claimed_at LIMIT $2`
 	unsettledSQL = `SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'blocked'),
 coalesce(min(claimed_at) FILTER (WHERE status = 'pending'), $1) FROM charge WHERE status <> 'charged'`
+	blockedSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, coalesce(last_error, '') FROM charge
+WHERE status = 'blocked' ORDER BY claimed_at LIMIT 100`
 	stillUnknownSQL = `UPDATE charge SET settle_attempts = settle_attempts + 1, last_error = $3
 WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
 )
@@ -126,9 +132,12 @@ func (c *Completer) RunOnce(ctx context.Context, opt PassOptions) (PassReport, e
 	if !rep.Skipped {
 		rep.Settled, err = c.settleStale(ctx, conn, opt)
 	}
-	var uerr error
+	var uerr, berr error
 	rep.Unsettled, uerr = c.count(ctx, conn)
-	return rep, errors.Join(err, uerr)
+	if rep.Unsettled.Blocked > 0 {
+		rep.Blocked, berr = c.blocked(ctx, conn)
+	}
+	return rep, errors.Join(err, uerr, berr)
 }
 
 // settleStale settles the pending claims older than the pass's age.
@@ -202,6 +211,31 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, no
 	}
 	c.Logger.Log(ctx, level, "ledger claim settled by the completer", "order_id", cl.OrderID, "event_id", cl.EventID,
 		"result", out.Result, "detail", out.Detail)
+	return out, nil
+}
+
+// blocked reads the blocked claims with their last error.
+func (c *Completer) blocked(ctx context.Context, conn *pgxpool.Conn) ([]Settled, error) {
+	qctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
+	defer cancel()
+	rows, err := conn.Query(qctx, blockedSQL)
+	if err != nil {
+		return nil, fmt.Errorf("completer: read blocked claims: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Settled, error) {
+		var s Settled
+		var amount string
+		if err := row.Scan(&s.OrderID, &s.EventID, &s.CustomerID, &amount, &s.Status, &s.ClaimedAt, &s.Detail); err != nil {
+			return s, err
+		}
+		s.Result = statusBlocked
+		a, err := money.ParseAmount(amount)
+		s.Amount = a
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("completer: read blocked claims: %w", err)
+	}
 	return out, nil
 }
 

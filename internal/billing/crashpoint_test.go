@@ -76,8 +76,7 @@ func crashAt(t *testing.T, e *env, order int64, k int, after bool, mode faultMod
 	t.Logf("faulty run: %+v, %v (ops %q)", res, err, in.trace())
 	if mode == connLost && err != nil {
 		// The process lives on: the pipeline retries the same event.
-		res, err = settle(ctx, t, svc, ev)
-		if err != nil && !fault.Is(err, fault.Transient) && !fault.Is(err, fault.Systemic) {
+		if _, err := settle(ctx, t, svc, ev); err != nil && !fault.Is(err, fault.Transient) && !fault.Is(err, fault.Systemic) {
 			t.Fatalf("retry after the cut: %v", err)
 		}
 	}

@@ -2,7 +2,6 @@ package billing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -284,10 +283,4 @@ func (s *Service) settleRefused(ctx context.Context, release, block []events.Ord
 		s.logger.ErrorContext(ctx, "ledger claim blocked: an operator must decide", "order_id", ev.OrderID,
 			"event_id", ev.EventID, "reason", why[ev.EventID])
 	}
-}
-
-// isClassified reports whether err carries a fault.Kind already.
-func isClassified(err error) bool {
-	var e *fault.Error
-	return errors.As(err, &e)
 }
