@@ -13,7 +13,9 @@
 //     pending claim (charge again, same key), or Busy (another event's
 //     charge is unsettled: wait). Nothing else can charge a claimed order.
 //  2. The charge (charge.go), one transaction: the processed_event insert
-//     (ON CONFLICT DO NOTHING; no row means Duplicate), the POST with
+//     (ON CONFLICT DO NOTHING; no row means Duplicate), for an attempt that
+//     did not create the claim a FOR KEY SHARE hold on it (so that its
+//     creator cannot release it under a request in flight), the POST with
 //     Idempotency-Key: <event_id> and the canonical body, the claim marked
 //     'charged' with the provider's charge id, COMMIT. Then the caller
 //     commits the offset.
