@@ -70,3 +70,81 @@ func TestRedeliverySendsAfterTheCreatorReleasedTheClaim(t *testing.T) {
 	}
 	e.assertChargedOnce(t, ev)
 }
+
+// The completer re-sends a claim whose creating attempt is still in flight
+// (its claim looks old: a replica's clock behind the completer's, or a
+// stalled process). The creator's request is refused by a gateway (a
+// definite refusal, nothing stored under the key) and it releases the
+// claim while the completer's request, same key, reaches the provider and
+// is charged. The order must stay claimed: no other event may charge it.
+func TestCompleterSendsWhileTheCreatorReleasesTheClaim(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"error":{"code":"no_route"}}`, http.StatusNotFound)
+	}))
+	defer gw.Close()
+	gwClient, err := payment.New(payment.Config{BaseURL: gw.URL, Token: "secret-token", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := event(8102, 1000)
+	firstSending, completerSending, firstDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	first := newService(t, e.pool, chargerFunc(func(ctx context.Context, ch payment.Charge) (payment.Result, error) {
+		close(firstSending)
+		<-completerSending
+		return gwClient.Charge(ctx, ch)
+	}))
+	ctx := context.Background()
+	go func() { _, err := first.Process(ctx, ev); firstDone <- err }()
+	<-firstSending
+	var firstErr error
+	finished := false
+	c := &billing.Completer{Pool: e.pool, After: time.Minute, BlockAfter: time.Hour, Logger: discard(),
+		Now: func() time.Time { return now.Add(2 * time.Minute) },
+		Charger: chargerFunc(func(ctx context.Context, ch payment.Charge) (payment.Result, error) {
+			close(completerSending)
+			// Send once the creator has released (finished) or waits to.
+			for deadline := time.Now().Add(20 * time.Second); !finished; {
+				select {
+				case firstErr = <-firstDone:
+					finished = true
+					continue
+				default:
+				}
+				if releaseWaits(t, e) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Error("the creator neither finished nor waits to release after 20 s")
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			return e.client.Charge(ctx, ch)
+		})}
+	rep, err := c.RunOnce(ctx, billing.PassOptions{})
+	t.Logf("completer pass: %+v, %v", rep.Settled, err)
+	if !finished {
+		firstErr = <-firstDone
+	}
+	t.Logf("creator: %v", firstErr)
+	other := event(8102, 1000)
+	ores, oerr := settle(ctx, t, e.svc, other)
+	t.Logf("other event: %+v, %v", ores, oerr)
+	if n := e.sim.ChargesFor(8102); n != 1 {
+		t.Fatalf("provider took %d charges for order 8102, want 1", n)
+	}
+	e.assertChargedOnce(t, ev)
+}
+
+// releaseWaits reports whether a release of a claim waits on a lock.
+func releaseWaits(t *testing.T, e *env) bool {
+	t.Helper()
+	var n int
+	err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM charge%'`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
