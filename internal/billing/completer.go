@@ -14,6 +14,9 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 )
 
+// settledMeanwhile is the Result of a claim that changed before it was held.
+const settledMeanwhile = "settled meanwhile"
+
 // completerLockKey is the Postgres advisory lock that lets one replica at a
 // time settle claims ("complete" in ASCII).
 const completerLockKey int64 = 0x636f6d706c657465
@@ -65,8 +68,9 @@ type Unsettled struct {
 // Settled is what a pass did to one claim.
 type Settled struct {
 	Claim
-	// Result is "charged", "blocked", "pending" (still unknown), or, in a
-	// dry run, "would re-send".
+	// Result is "charged", "blocked", "pending" (still unknown), "settled
+	// meanwhile" (released or settled since the pass read it: nothing
+	// sent), or, in a dry run, "would re-send".
 	Result string
 	// Detail is the charge id, or why the claim is blocked or pending.
 	Detail string
@@ -95,6 +99,9 @@ const (
 WHERE status = 'pending' AND claimed_at < $1 ORDER BY claimed_at LIMIT $2`
 	unsettledSQL = `SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'blocked'),
 coalesce(min(claimed_at) FILTER (WHERE status = 'pending'), $1) FROM charge WHERE status <> 'charged'`
+	// holdOneSQL locks a pending claim against its release (a DELETE)
+	// for the settling transaction; it does not stop status updates.
+	holdOneSQL      = `SELECT 1 FROM charge WHERE order_id = $1 AND event_id = $2 AND status = 'pending' FOR KEY SHARE`
 	stillUnknownSQL = `UPDATE charge SET settle_attempts = settle_attempts + 1, last_error = $3
 WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
 )
@@ -167,10 +174,32 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 	return done, nil
 }
 
-// settle re-sends cl's request and records the answer.
+// settle re-sends cl's request and records the answer, in one transaction
+// that holds the claim (holdOneSQL) from before the request to the record:
+// its creating attempt, refused meanwhile, may release it only before the
+// hold (then nothing is sent) or after the record (then it is no longer
+// pending).
 func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, now time.Time) (Settled, error) {
-	r, err := c.Charger.Charge(ctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
 	out := Settled{Claim: cl}
+	bctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
+	defer cancel()
+	tx, err := conn.Begin(bctx)
+	if err != nil {
+		return out, fmt.Errorf("completer: settle order %d: begin: %w", cl.OrderID, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
+		defer cancel()
+		_ = tx.Rollback(rctx) // after a commit: a no-op
+	}()
+	var one int
+	if err := tx.QueryRow(bctx, holdOneSQL, cl.OrderID, cl.EventID).Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+		out.Result, out.Detail = settledMeanwhile, "released or settled since the pass read it; nothing sent"
+		return out, nil
+	} else if err != nil {
+		return out, fmt.Errorf("completer: settle order %d: hold the claim: %w", cl.OrderID, err)
+	}
+	r, err := c.Charger.Charge(ctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
 	var sql string
 	var args []any
 	switch k := fault.KindOf(err); {
@@ -191,10 +220,13 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, no
 		out.Result, out.Detail = statusPending, err.Error()
 		sql, args = stillUnknownSQL, []any{cl.OrderID, cl.EventID, out.Detail}
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
-	defer cancel()
-	if _, err := conn.Exec(wctx, sql, args...); err != nil {
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
+	defer wcancel()
+	if _, err := tx.Exec(wctx, sql, args...); err != nil {
 		return out, fmt.Errorf("completer: record order %d as %s: %w", cl.OrderID, out.Result, err)
+	}
+	if err := tx.Commit(wctx); err != nil {
+		return out, fmt.Errorf("completer: record order %d as %s: commit: %w", cl.OrderID, out.Result, err)
 	}
 	level := slog.LevelInfo
 	if out.Result == statusBlocked {
