@@ -10,6 +10,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
+	"github.com/billing-consumer/billing-consumer/internal/paysim"
 )
 
 // Two deliveries of one event at once (a rebalance: the old owner still
@@ -147,4 +148,40 @@ WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM charge%'`).Scan(&n)
 		t.Fatal(err)
 	}
 	return n > 0
+}
+
+// A claim whose outcome stayed unknown for longer than BlockAfter (the
+// service was down, the completer could not run) must be blocked without
+// re-sending its request: BlockAfter is kept below the provider's
+// retention of idempotency keys precisely because a key the provider has
+// forgotten charges again.
+func TestCompleterDoesNotResendPastBlockAfter(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	ev := event(8103, 1000)
+	e.sim.SetFaults(paysim.Faults{ResetRate: 1}) // charged; the answer lost
+	if _, err := e.svc.Process(context.Background(), ev); !fault.Is(err, fault.Transient) {
+		t.Fatalf("first attempt: %v; want transient (outcome unknown)", err)
+	}
+	// A day later the provider has forgotten the key: model it by a
+	// provider that never saw it.
+	forgetful := paysim.New(paysim.Config{Token: "secret-token", Seed: 2})
+	srv := httptest.NewServer(forgetful)
+	defer srv.Close()
+	client, err := payment.New(payment.Config{BaseURL: srv.URL, Token: "secret-token", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &billing.Completer{Pool: e.pool, Charger: client, After: time.Minute, BlockAfter: time.Hour,
+		Now: func() time.Time { return now.Add(25 * time.Hour) }, Logger: discard()}
+	rep, err := c.RunOnce(context.Background(), billing.PassOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pass: %+v", rep.Settled)
+	if n := e.sim.ChargesFor(8103) + forgetful.ChargesFor(8103); n != 1 {
+		t.Fatalf("the provider took %d charges for order 8103, want 1: the completer re-sent a key older than BlockAfter", n)
+	}
+	if st := e.status(t, 8103); st != "blocked" {
+		t.Fatalf("ledger status %q, want blocked", st)
+	}
 }
