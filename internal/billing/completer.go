@@ -32,8 +32,9 @@ const completerLockKey int64 = 0x636f6d706c657465
 //	422                      blocked (the key is bound to other parameters)
 //	400, 402, 404            blocked: the refusal may be a stored answer
 //	                         for a request that did not create the claim
-//	timeout, reset, 5xx, 409 still pending; blocked once the claim is older
-//	                         than BlockAfter
+//	timeout, reset, 5xx, 409 still pending
+//	(claim older than        blocked without a re-send: the provider may
+//	BlockAfter)              have forgotten the key
 //	401, 403, certificate    the pass stops: nothing can be settled now
 //
 // A blocked claim is never released automatically: an operator decides.
@@ -70,7 +71,7 @@ type Settled struct {
 	Claim
 	// Result is "charged", "blocked", "pending" (still unknown), "settled
 	// meanwhile" (released or settled since the pass read it: nothing
-	// sent), or, in a dry run, "would re-send".
+	// sent), or, in a dry run, "would re-send" or "would block".
 	Result string
 	// Detail is the charge id, or why the claim is blocked or pending.
 	Detail string
@@ -162,7 +163,11 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 	var done []Settled
 	for _, cl := range claims {
 		if opt.DryRun {
-			done = append(done, Settled{Claim: cl, Result: "would re-send"})
+			what := "would re-send"
+			if now.Sub(cl.ClaimedAt) > c.BlockAfter {
+				what = "would block"
+			}
+			done = append(done, Settled{Claim: cl, Result: what})
 			continue
 		}
 		s, err := c.settle(ctx, conn, cl, now)
@@ -199,26 +204,9 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, no
 	} else if err != nil {
 		return out, fmt.Errorf("completer: settle order %d: hold the claim: %w", cl.OrderID, err)
 	}
-	r, err := c.Charger.Charge(ctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
-	var sql string
-	var args []any
-	switch k := fault.KindOf(err); {
-	case err == nil:
-		out.Result, out.Detail = statusCharged, r.ChargeID
-		sql, args = recordSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, []string{r.ChargeID}, c.Now()}
-	case k == fault.Systemic:
-		return out, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
-	case ctx.Err() != nil:
-		return out, ctx.Err()
-	case k == fault.Conflict, k == fault.Permanent, k == fault.Invalid, now.Sub(cl.ClaimedAt) > c.BlockAfter:
-		out.Result, out.Detail = statusBlocked, fmt.Sprintf("re-sent by the completer: %v", err)
-		if k != fault.Conflict && k != fault.Permanent && k != fault.Invalid {
-			out.Detail = fmt.Sprintf("outcome still unknown %s after the claim: %v", now.Sub(cl.ClaimedAt).Round(time.Second), err)
-		}
-		sql, args = blockSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, out.Detail}
-	default:
-		out.Result, out.Detail = statusPending, err.Error()
-		sql, args = stillUnknownSQL, []any{cl.OrderID, cl.EventID, out.Detail}
+	sql, args, err := c.resend(ctx, cl, now, &out)
+	if err != nil {
+		return out, err
 	}
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
 	defer wcancel()
@@ -235,6 +223,34 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, no
 	c.Logger.Log(ctx, level, "ledger claim settled by the completer", "order_id", cl.OrderID, "event_id", cl.EventID,
 		"result", out.Result, "detail", out.Detail)
 	return out, nil
+}
+
+// resend re-sends cl's request, fills in out by the answer and returns the
+// statement that records it. A claim older than BlockAfter is blocked
+// without being re-sent: the provider may have forgotten its key, and a
+// forgotten key charges again. Its error is the pass's (a systemic answer,
+// ctx ended): nothing is to be recorded.
+func (c *Completer) resend(ctx context.Context, cl Claim, now time.Time, out *Settled) (string, []any, error) {
+	if age := now.Sub(cl.ClaimedAt); age > c.BlockAfter {
+		out.Result, out.Detail = statusBlocked, fmt.Sprintf("outcome still unknown %s after the claim, past the block-after limit: not re-sent", age.Round(time.Second))
+		return blockSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, out.Detail}, nil
+	}
+	r, err := c.Charger.Charge(ctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
+	switch k := fault.KindOf(err); {
+	case err == nil:
+		out.Result, out.Detail = statusCharged, r.ChargeID
+		return recordSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, []string{r.ChargeID}, c.Now()}, nil
+	case k == fault.Systemic:
+		return "", nil, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
+	case ctx.Err() != nil:
+		return "", nil, ctx.Err()
+	case k == fault.Conflict, k == fault.Permanent, k == fault.Invalid:
+		out.Result, out.Detail = statusBlocked, fmt.Sprintf("re-sent by the completer: %v", err)
+		return blockSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, out.Detail}, nil
+	default:
+		out.Result, out.Detail = statusPending, err.Error()
+		return stillUnknownSQL, []any{cl.OrderID, cl.EventID, out.Detail}, nil
+	}
 }
 
 // count reads the unsettled claims.
