@@ -100,6 +100,12 @@ type Config struct {
 	// that silently drops packets fails the attempt instead of hanging it
 	// past the group's session timeout. Zero means 10 s.
 	DBTimeout time.Duration
+	// ClaimBlockAfter is BILLING_CLAIM_BLOCK_AFTER, the Completer's
+	// BlockAfter: an event never re-sends its own pending claim older than
+	// this (the provider may have forgotten the key, and a forgotten key
+	// charges again); it is a Conflict, and the completer blocks the claim.
+	// Zero means no limit.
+	ClaimBlockAfter time.Duration
 }
 
 // Service processes events. It is safe for concurrent use; concurrent
