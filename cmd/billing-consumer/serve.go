@@ -114,7 +114,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	defer dlqWriter.Close()
 
 	svc, err := billing.New(billing.Config{DB: pool, Charger: payer, Group: cfg.KafkaGroupID,
-		Now: time.Now, Logger: logger, DBTimeout: cfg.DBTimeout})
+		Now: time.Now, Logger: logger, DBTimeout: cfg.DBTimeout, ClaimBlockAfter: cfg.ClaimBlockAfter})
 	if err != nil {
 		return err
 	}

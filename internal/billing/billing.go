@@ -117,6 +117,8 @@ type Service struct {
 	now       func() time.Time
 	logger    *slog.Logger
 	dbTimeout time.Duration
+	// claimBlockAfter is Config.ClaimBlockAfter.
+	claimBlockAfter time.Duration
 }
 
 // New returns a Service, or an error naming what cfg lacks.
@@ -128,7 +130,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.DBTimeout = 10 * time.Second
 	}
 	return &Service{db: cfg.DB, charger: cfg.Charger, group: cfg.Group, now: cfg.Now,
-		logger: cfg.Logger, dbTimeout: cfg.DBTimeout}, nil
+		logger: cfg.Logger, dbTimeout: cfg.DBTimeout, claimBlockAfter: cfg.ClaimBlockAfter}, nil
 }
 
 // Process charges the order of ev at most once, ever.
@@ -137,7 +139,8 @@ func New(cfg Config) (*Service, error) {
 // a fault.Kind:
 //   - Conflict: the order belongs to another event with other parameters,
 //     ev's event_id claimed another order or a different body, the claim
-//     is blocked, or the provider answered 422;
+//     is blocked, ev's own pending claim is older than ClaimBlockAfter
+//     (not re-sent), or the provider answered 422;
 //   - Permanent: the provider refused the charge;
 //   - Busy: another event's claim on the order is unsettled; retry later;
 //   - Systemic: credentials rejected, database unreachable;
