@@ -2,12 +2,15 @@ package billing_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
+	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/paysim"
@@ -216,5 +219,77 @@ func TestRedeliveryDoesNotResendAClaimPastBlockAfter(t *testing.T) {
 	}
 	if !fault.Is(err, fault.Conflict) {
 		t.Fatalf("redelivery: %v; want conflict (an operator decides)", err)
+	}
+}
+
+// The steps of a redelivery whose first attempt left its claim pending
+// (a 5xx: nothing taken): the claim finds the event's own row, the charge
+// transaction holds the claim before sending.
+var redeliverySteps = []string{"claim", "ledger lookup", "begin", "dedup insert", "claim hold", "charge", "record", "commit"}
+
+// pendingClaim makes ev's first attempt fail with a 5xx (nothing taken),
+// leaving its claim pending.
+func (e *env) pendingClaim(t *testing.T, ev events.OrderConfirmed) {
+	t.Helper()
+	e.sim.SetFaults(paysim.Faults{ErrorRate: 1})
+	defer e.sim.SetFaults(paysim.Faults{})
+	if _, err := e.svc.Process(context.Background(), ev); !fault.Is(err, fault.Transient) {
+		t.Fatalf("first attempt: %v; want transient (claim pending)", err)
+	}
+}
+
+// TestCrashAtEveryStepOfARedelivery is TestCrashAtEveryStep for the
+// redelivery of an event with a pending claim: every step of its run,
+// the claim hold included, failed before and after, as a lost connection
+// and as a crash, then a distinct event for the order, the completer and
+// the redeliveries; the order is charged once.
+func TestCrashAtEveryStepOfARedelivery(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	t.Run("steps", func(t *testing.T) {
+		ev := event(8300, 100)
+		e.pendingClaim(t, ev)
+		in := newInjector()
+		svc := newService(t, faultDB{e.pool, in}, faultCharger{e.client, in})
+		if res, err := svc.Process(context.Background(), ev); err != nil || res.Outcome != billing.Charged {
+			t.Fatalf("clean redelivery: %+v, %v", res, err)
+		}
+		if got := in.trace(); !slices.Equal(got, redeliverySteps) {
+			t.Fatalf("redelivery steps = %q, want %q", got, redeliverySteps)
+		}
+	})
+	order := int64(8300)
+	for k, step := range redeliverySteps {
+		for _, after := range []bool{false, true} {
+			for _, mode := range []faultMode{connLost, crash} {
+				order++
+				t.Run(fmt.Sprintf("%s/%s/after=%v", step, mode, after), func(t *testing.T) {
+					ev := event(order, 4321)
+					e.pendingClaim(t, ev)
+					in := newInjector()
+					in.failAt, in.after, in.mode = k, after, mode
+					svc := newService(t, faultDB{e.pool, in}, faultCharger{e.client, in})
+					ctx := context.Background()
+					res, err := svc.Process(ctx, ev)
+					t.Logf("faulty run: %+v, %v (ops %q)", res, err, in.trace())
+					if mode == connLost && err != nil {
+						if res, err = settle(ctx, t, svc, ev); err != nil && !fault.Is(err, fault.Transient) && !fault.Is(err, fault.Systemic) {
+							t.Fatalf("retry after the cut: %v", err)
+						}
+					}
+					fresh := newService(t, e.pool, e.client)
+					other := event(order, 4321)
+					ores, oerr := fresh.Process(ctx, other)
+					t.Logf("other event meanwhile: %+v, %v", ores, oerr)
+					e.completePass(t, 2*time.Minute)
+					if res, err = settle(ctx, t, fresh, ev); err != nil || (res.Outcome != billing.Charged && res.Outcome != billing.Duplicate) {
+						t.Fatalf("redelivery: %+v, %v; want charged or duplicate", res, err)
+					}
+					if ores, oerr = settle(ctx, t, fresh, other); oerr != nil || ores.Outcome != billing.DuplicateOrder {
+						t.Fatalf("the other event: %+v, %v; want duplicate_order", ores, oerr)
+					}
+					e.assertChargedOnce(t, ev)
+				})
+			}
+		}
 	}
 }
