@@ -110,7 +110,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 
 	s.payer = payer
 	svc, err := billing.New(billing.Config{DB: s.pool, Charger: payer, Group: cfg.KafkaGroupID,
-		Now: time.Now, Logger: s.logger, DBTimeout: cfg.DBTimeout})
+		Now: time.Now, Logger: s.logger, DBTimeout: cfg.DBTimeout, ClaimBlockAfter: cfg.ClaimBlockAfter})
 	if err != nil {
 		return nil, err
 	}

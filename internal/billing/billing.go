@@ -13,7 +13,9 @@
 //     pending claim (charge again, same key), or Busy (another event's
 //     charge is unsettled: wait). Nothing else can charge a claimed order.
 //  2. The charge (charge.go), one transaction: the processed_event insert
-//     (ON CONFLICT DO NOTHING; no row means Duplicate), the POST with
+//     (ON CONFLICT DO NOTHING; no row means Duplicate), for an attempt that
+//     did not create the claim a FOR KEY SHARE hold on it (so that its
+//     creator cannot release it under a request in flight), the POST with
 //     Idempotency-Key: <event_id> and the canonical body, the claim marked
 //     'charged' with the provider's charge id, COMMIT. Then the caller
 //     commits the offset.
@@ -101,6 +103,12 @@ type Config struct {
 	// that silently drops packets fails the attempt instead of hanging it
 	// past the group's session timeout. Zero means 10 s.
 	DBTimeout time.Duration
+	// ClaimBlockAfter is BILLING_CLAIM_BLOCK_AFTER, the Completer's
+	// BlockAfter: an event never re-sends its own pending claim older than
+	// this (the provider may have forgotten the key, and a forgotten key
+	// charges again); it is a Conflict, and the completer blocks the claim.
+	// Zero means no limit.
+	ClaimBlockAfter time.Duration
 }
 
 // Service processes events. It is safe for concurrent use; concurrent
@@ -112,6 +120,8 @@ type Service struct {
 	now       func() time.Time
 	logger    *slog.Logger
 	dbTimeout time.Duration
+	// claimBlockAfter is Config.ClaimBlockAfter.
+	claimBlockAfter time.Duration
 }
 
 // New returns a Service, or an error naming what cfg lacks.
@@ -123,7 +133,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.DBTimeout = 10 * time.Second
 	}
 	return &Service{db: cfg.DB, charger: cfg.Charger, group: cfg.Group, now: cfg.Now,
-		logger: cfg.Logger, dbTimeout: cfg.DBTimeout}, nil
+		logger: cfg.Logger, dbTimeout: cfg.DBTimeout, claimBlockAfter: cfg.ClaimBlockAfter}, nil
 }
 
 // Process charges the order of ev at most once, ever.
@@ -132,7 +142,8 @@ func New(cfg Config) (*Service, error) {
 // a fault.Kind:
 //   - Conflict: the order belongs to another event with other parameters,
 //     ev's event_id claimed another order or a different body, the claim
-//     is blocked, or the provider answered 422;
+//     is blocked, ev's own pending claim is older than ClaimBlockAfter
+//     (not re-sent), or the provider answered 422;
 //   - Permanent: the provider refused the charge;
 //   - Busy: another event's claim on the order is unsettled; retry later;
 //   - Systemic: credentials rejected, database unreachable;

@@ -20,6 +20,20 @@ import (
 const recordSQL = `UPDATE charge AS c SET provider_charge_id = v.id, charged_at = $4, status = 'charged'
 FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS v(o, e, id) WHERE c.order_id = v.o AND c.event_id = v.e`
 
+// holdSQL locks the claims of events that did not create them (an earlier
+// attempt of the same event did) FOR KEY SHARE in the charge transaction,
+// before their requests are sent, and returns those still pending. The
+// creating attempt may release its claim on a definite refusal meanwhile
+// (its request refused by something that stores nothing under the key: a
+// gateway's 404, a validation 400); a release committed before the hold
+// leaves no row, and a later release waits for the transaction's end and
+// then finds the claim charged. Without it, an attempt that saw its own
+// pending claim would send the request after the release and the provider
+// could take money for an order no claim holds. KEY SHARE does not stop
+// the completer's updates of the status.
+const holdSQL = `SELECT c.event_id FROM charge AS c JOIN unnest($1::bigint[], $2::uuid[]) AS v(o, e)
+ON c.order_id = v.o AND c.event_id = v.e WHERE c.status = 'pending' ORDER BY c.order_id FOR KEY SHARE OF c`
+
 // response is the answer for one event.
 type response struct {
 	res Result
@@ -82,7 +96,11 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 			todo = append(todo, i)
 		}
 	}
-	s.sendAll(ctx, evs, todo, out)
+	send, err := s.hold(ctx, tx, evs, created, todo, out)
+	if err != nil {
+		return nil, err
+	}
+	s.sendAll(ctx, evs, send, out)
 
 	var charged, failed []int
 	for _, i := range todo {
@@ -129,6 +147,48 @@ func (s *Service) markProcessed(ctx context.Context, tx pgx.Tx, evs []events.Ord
 	return isFresh, nil
 }
 
+// hold locks, with holdSQL, the claims of the events of todo that this
+// attempt did not create, and returns the events of todo to send: those
+// that created their claim, and those whose claim is still pending. The
+// others get a Transient error (nothing sent; their retry decides again
+// from the ledger). Its error, in tx, means that nothing was sent.
+func (s *Service) hold(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed, created []bool, todo []int, out []response) ([]int, error) {
+	var orders []int64
+	var ids []uuid.UUID
+	for _, i := range todo {
+		if !created[i] {
+			orders, ids = append(orders, evs[i].OrderID), append(ids, evs[i].EventID)
+		}
+	}
+	if len(orders) == 0 {
+		return todo, nil
+	}
+	hctx, cancel := s.live(ctx)
+	defer cancel()
+	rows, err := tx.Query(hctx, holdSQL, orders, ids)
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("hold %d claims: %w", len(orders), err))
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("hold %d claims: %w", len(orders), err))
+	}
+	isHeld := make(map[uuid.UUID]bool, len(held))
+	for _, id := range held {
+		isHeld[id] = true
+	}
+	send := make([]int, 0, len(todo))
+	for _, i := range todo {
+		if created[i] || isHeld[evs[i].EventID] {
+			send = append(send, i)
+			continue
+		}
+		out[i].err = fault.Errorf(fault.Transient, "order %d: the claim of event %s was released or settled before its request was sent; nothing sent, deciding again",
+			evs[i].OrderID, evs[i].EventID)
+	}
+	return send, nil
+}
+
 // sendAll charges evs[idx] concurrently and fills in out.
 func (s *Service) sendAll(ctx context.Context, evs []events.OrderConfirmed, idx []int, out []response) {
 	send := func(i int) {
@@ -167,7 +227,8 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfi
 	}
 	if int(tag.RowsAffected()) != len(charged) {
 		// Impossible while claims are released only by their creator on a
-		// definite refusal: the provider took money for a claim that is gone.
+		// definite refusal and every other attempt holds its claim (hold):
+		// the provider took money for a claim that is gone.
 		return fault.Errorf(fault.Conflict, "recorded %d of %d charges: a ledger claim vanished while its charge was taken", tag.RowsAffected(), len(charged))
 	}
 	if withDedup && len(failed) > 0 {

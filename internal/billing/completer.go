@@ -15,6 +15,9 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/money"
 )
 
+// settledMeanwhile is the Result of a claim that changed before it was held.
+const settledMeanwhile = "settled meanwhile"
+
 // completerLockKey is the Postgres advisory lock that lets one replica at a
 // time settle claims ("complete" in ASCII).
 const completerLockKey int64 = 0x636f6d706c657465
@@ -30,8 +33,9 @@ const completerLockKey int64 = 0x636f6d706c657465
 //	422                      blocked (the key is bound to other parameters)
 //	400, 402, 404            blocked: the refusal may be a stored answer
 //	                         for a request that did not create the claim
-//	timeout, reset, 5xx, 409 still pending; blocked once the claim is older
-//	                         than BlockAfter
+//	timeout, reset, 5xx, 409 still pending
+//	(claim older than        blocked without a re-send: the provider may
+//	BlockAfter)              have forgotten the key
 //	401, 403, certificate    the pass stops: nothing can be settled now
 //
 // A blocked claim is never released automatically: an operator decides.
@@ -66,8 +70,9 @@ type Unsettled struct {
 // Settled is what a pass did to one claim.
 type Settled struct {
 	Claim
-	// Result is "charged", "blocked", "pending" (still unknown), or, in a
-	// dry run, "would re-send".
+	// Result is "charged", "blocked", "pending" (still unknown), "settled
+	// meanwhile" (released or settled since the pass read it: nothing
+	// sent), or, in a dry run, "would re-send" or "would block".
 	Result string
 	// Detail is the charge id, or why the claim is blocked or pending.
 	Detail string
@@ -101,6 +106,9 @@ WHERE status = 'pending' AND claimed_at < $1 ORDER BY claimed_at LIMIT $2`
 coalesce(min(claimed_at) FILTER (WHERE status = 'pending'), $1) FROM charge WHERE status <> 'charged'`
 	blockedSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, coalesce(last_error, '') FROM charge
 WHERE status = 'blocked' ORDER BY claimed_at LIMIT 100`
+	// holdOneSQL locks a pending claim against its release (a DELETE)
+	// for the settling transaction; it does not stop status updates.
+	holdOneSQL      = `SELECT 1 FROM charge WHERE order_id = $1 AND event_id = $2 AND status = 'pending' FOR KEY SHARE`
 	stillUnknownSQL = `UPDATE charge SET settle_attempts = settle_attempts + 1, last_error = $3
 WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
 )
@@ -164,7 +172,11 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 	var done []Settled
 	for _, cl := range claims {
 		if opt.DryRun {
-			done = append(done, Settled{Claim: cl, Result: "would re-send"})
+			what := "would re-send"
+			if now.Sub(cl.ClaimedAt) > c.BlockAfter {
+				what = "would block"
+			}
+			done = append(done, Settled{Claim: cl, Result: what})
 			continue
 		}
 		s, err := c.settle(ctx, conn, cl, now)
@@ -176,34 +188,42 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 	return done, nil
 }
 
-// settle re-sends cl's request and records the answer.
+// settle re-sends cl's request and records the answer, in one transaction
+// that holds the claim (holdOneSQL) from before the request to the record:
+// its creating attempt, refused meanwhile, may release it only before the
+// hold (then nothing is sent) or after the record (then it is no longer
+// pending).
 func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, now time.Time) (Settled, error) {
-	r, err := c.Charger.Charge(ctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
 	out := Settled{Claim: cl}
-	var sql string
-	var args []any
-	switch k := fault.KindOf(err); {
-	case err == nil:
-		out.Result, out.Detail = statusCharged, r.ChargeID
-		sql, args = recordSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, []string{r.ChargeID}, c.Now()}
-	case k == fault.Systemic:
-		return out, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
-	case ctx.Err() != nil:
-		return out, ctx.Err()
-	case k == fault.Conflict, k == fault.Permanent, k == fault.Invalid, now.Sub(cl.ClaimedAt) > c.BlockAfter:
-		out.Result, out.Detail = statusBlocked, fmt.Sprintf("re-sent by the completer: %v", err)
-		if k != fault.Conflict && k != fault.Permanent && k != fault.Invalid {
-			out.Detail = fmt.Sprintf("outcome still unknown %s after the claim: %v", now.Sub(cl.ClaimedAt).Round(time.Second), err)
-		}
-		sql, args = blockSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, out.Detail}
-	default:
-		out.Result, out.Detail = statusPending, err.Error()
-		sql, args = stillUnknownSQL, []any{cl.OrderID, cl.EventID, out.Detail}
-	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
+	bctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
 	defer cancel()
-	if _, err := conn.Exec(wctx, sql, args...); err != nil {
+	tx, err := conn.Begin(bctx)
+	if err != nil {
+		return out, fmt.Errorf("completer: settle order %d: begin: %w", cl.OrderID, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
+		defer cancel()
+		_ = tx.Rollback(rctx) // after a commit: a no-op
+	}()
+	var one int
+	if err := tx.QueryRow(bctx, holdOneSQL, cl.OrderID, cl.EventID).Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+		out.Result, out.Detail = settledMeanwhile, "released or settled since the pass read it; nothing sent"
+		return out, nil
+	} else if err != nil {
+		return out, fmt.Errorf("completer: settle order %d: hold the claim: %w", cl.OrderID, err)
+	}
+	sql, args, err := c.resend(ctx, cl, now, &out)
+	if err != nil {
+		return out, err
+	}
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
+	defer wcancel()
+	if _, err := tx.Exec(wctx, sql, args...); err != nil {
 		return out, fmt.Errorf("completer: record order %d as %s: %w", cl.OrderID, out.Result, err)
+	}
+	if err := tx.Commit(wctx); err != nil {
+		return out, fmt.Errorf("completer: record order %d as %s: commit: %w", cl.OrderID, out.Result, err)
 	}
 	level := slog.LevelInfo
 	if out.Result == statusBlocked {
@@ -237,6 +257,34 @@ func (c *Completer) blocked(ctx context.Context, conn *pgxpool.Conn) ([]Settled,
 		return nil, fmt.Errorf("completer: read blocked claims: %w", err)
 	}
 	return out, nil
+}
+
+// resend re-sends cl's request, fills in out by the answer and returns the
+// statement that records it. A claim older than BlockAfter is blocked
+// without being re-sent: the provider may have forgotten its key, and a
+// forgotten key charges again. Its error is the pass's (a systemic answer,
+// ctx ended): nothing is to be recorded.
+func (c *Completer) resend(ctx context.Context, cl Claim, now time.Time, out *Settled) (string, []any, error) {
+	if age := now.Sub(cl.ClaimedAt); age > c.BlockAfter {
+		out.Result, out.Detail = statusBlocked, fmt.Sprintf("outcome still unknown %s after the claim, past the block-after limit: not re-sent", age.Round(time.Second))
+		return blockSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, out.Detail}, nil
+	}
+	r, err := c.Charger.Charge(ctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
+	switch k := fault.KindOf(err); {
+	case err == nil:
+		out.Result, out.Detail = statusCharged, r.ChargeID
+		return recordSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, []string{r.ChargeID}, c.Now()}, nil
+	case k == fault.Systemic:
+		return "", nil, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
+	case ctx.Err() != nil:
+		return "", nil, ctx.Err()
+	case k == fault.Conflict, k == fault.Permanent, k == fault.Invalid:
+		out.Result, out.Detail = statusBlocked, fmt.Sprintf("re-sent by the completer: %v", err)
+		return blockSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, out.Detail}, nil
+	default:
+		out.Result, out.Detail = statusPending, err.Error()
+		return stillUnknownSQL, []any{cl.OrderID, cl.EventID, out.Detail}, nil
+	}
 }
 
 // count reads the unsettled claims.

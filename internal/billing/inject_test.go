@@ -104,6 +104,8 @@ func opName(sql string) string {
 		return "dedup insert"
 	case len(f) >= 2 && f[0] == "UPDATE" && strings.Contains(sql, "'charged'"):
 		return "record"
+	case len(f) >= 1 && f[0] == "SELECT" && strings.Contains(sql, "FOR KEY SHARE"):
+		return "claim hold"
 	case len(f) >= 1 && f[0] == "SELECT":
 		return "ledger lookup"
 	case len(f) >= 1:

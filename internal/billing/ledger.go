@@ -68,8 +68,10 @@ const (
 
 // decide is the one place that says what an existing claim means for ev,
 // for the single and the batched path alike. found is false when the
-// claim's insert conflicted but no row turned up.
-func decide(row Claim, found bool, ev events.OrderConfirmed) (verdict, Outcome, error) {
+// claim's insert conflicted but no row turned up. ev's own pending claim
+// older than blockAfter (when positive) at now is not charged again: the
+// provider may have forgotten its key.
+func decide(row Claim, found bool, ev events.OrderConfirmed, now time.Time, blockAfter time.Duration) (verdict, Outcome, error) {
 	switch {
 	case !found:
 		return verdictReclaim, "", nil
@@ -80,6 +82,9 @@ func decide(row Claim, found bool, ev events.OrderConfirmed) (verdict, Outcome, 
 			ev.EventID, ev.OrderID, row.CustomerID, row.Amount)
 	case row.Status == statusBlocked:
 		return verdictDone, "", fault.Errorf(fault.Conflict, "order %d: the claim of event %s is blocked; an operator must decide", ev.OrderID, row.EventID)
+	case row.EventID == ev.EventID && row.Status == statusPending && blockAfter > 0 && now.Sub(row.ClaimedAt) > blockAfter:
+		return verdictDone, "", fault.Errorf(fault.Conflict, "order %d: the claim of event %s is %s old, past the block-after limit: its request is not re-sent (the provider may have forgotten the key); the completer blocks it, an operator decides",
+			ev.OrderID, ev.EventID, now.Sub(row.ClaimedAt).Round(time.Second))
 	case row.EventID == ev.EventID && row.Status == statusPending:
 		return verdictCharge, "", nil
 	case row.EventID == ev.EventID:
@@ -175,7 +180,7 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 	for _, i := range lost {
 		ev := evs[i]
 		row, found := existing.forEvent(ev)
-		switch v, outcome, err := decide(row, found, ev); v {
+		switch v, outcome, err := decide(row, found, ev, s.now(), s.claimBlockAfter); v {
 		case verdictReclaim:
 			again = append(again, i)
 		case verdictCharge:
