@@ -41,6 +41,13 @@ type Report struct {
 	LedgerRows      int
 	Pending         int     // ledger claims left 'pending'
 	Blocked         int     // ledger claims in any other state than 'charged' or 'pending'
+	// BlockedDeclined are the declined orders whose claim ended blocked:
+	// the provider refused a request of an attempt that had not created
+	// the claim (its creator crashed), so SPEC §6 leaves the release to an
+	// operator. The provider took nothing for them; they are counted, not
+	// failures, and are not ledger rows of the comparison with the
+	// provider.
+	BlockedDeclined []int64
 	DoubleCharged   []int64 // orders the provider charged more than once
 	NotCharged      []int64 // valid orders without exactly one provider charge and one ledger row
 	WrongCharges    []int64 // orders charged that must not be, or with the wrong amount
@@ -138,6 +145,12 @@ func (r *Report) checkCharges(ctx context.Context, c Check) error {
 		case "charged":
 		case "pending":
 			pending = append(pending, order)
+		case "blocked":
+			if c.Plan.Declined[order] && len(provider[order]) == 0 {
+				r.BlockedDeclined = append(r.BlockedDeclined, order)
+				continue
+			}
+			fallthrough
 		default:
 			blocked = append(blocked, order)
 		}
@@ -145,6 +158,7 @@ func (r *Report) checkCharges(ctx context.Context, c Check) error {
 			r.WrongCharges = append(r.WrongCharges, order)
 		}
 	}
+	r.LedgerRows -= len(r.BlockedDeclined)
 	r.Pending, r.Blocked = len(pending), len(blocked)
 	for order, chs := range provider {
 		if len(chs) > 1 {
