@@ -260,7 +260,7 @@ func TestCrashAtEveryStepOfARedelivery(t *testing.T) {
 					res, err := svc.Process(ctx, ev)
 					t.Logf("faulty run: %+v, %v (ops %q)", res, err, in.trace())
 					if mode == connLost && err != nil {
-						if res, err = settle(ctx, t, svc, ev); err != nil && !fault.Is(err, fault.Transient) && !fault.Is(err, fault.Systemic) {
+						if _, err := settle(ctx, t, svc, ev); err != nil && !fault.Is(err, fault.Transient) && !fault.Is(err, fault.Systemic) {
 							t.Fatalf("retry after the cut: %v", err)
 						}
 					}

@@ -39,8 +39,8 @@ type Report struct {
 	ExpectedCharges int
 	ProviderCharges int // distinct charges the provider took for this run's orders
 	LedgerRows      int
-	Pending         int     // ledger claims left 'pending'
-	Blocked         int     // ledger claims in any other state than 'charged' or 'pending'
+	Pending         int // ledger claims left 'pending'
+	Blocked         int // ledger claims in any other state than 'charged' or 'pending'
 	// BlockedDeclined are the declined orders whose claim ended blocked:
 	// the provider refused a request of an attempt that had not created
 	// the claim (its creator crashed), so SPEC §6 leaves the release to an
