@@ -36,10 +36,11 @@ type config struct {
 	DLQReplayGroupID string `split_words:"true" desc:"consumer group of dlq replay on the dead-letter topic; its committed offsets let the next replay resume (empty: BILLING_KAFKA_GROUP_ID plus .dlq-replay)"`
 	DLQMaxReplays    int    `split_words:"true" default:"3" desc:"dlq replay refuses, and stops at, a record already replayed this many times (its dlq-replay-count header)"`
 
-	DatabaseURL     string `split_words:"true" secret:"true" desc:"pgx connection string, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full (required; or BILLING_DATABASE_URL_FILE)"`
-	DatabaseURLFile string `split_words:"true" desc:"file holding BILLING_DATABASE_URL (a mounted secret)"`
-	DBMaxConns      int32  `split_words:"true" default:"0" desc:"Postgres pool size; each in-flight transaction (one event, or a batch) holds a connection during its charges. 0: min(BILLING_CONCURRENCY, 28)+4, or BILLING_CONCURRENCY+4 without batching"`
-	BatchSize       int    `split_words:"true" default:"32" desc:"most events billed in one transaction (one commit, charges in parallel); events arriving together are batched while the connections are busy. 1 is one transaction per event"`
+	DatabaseURL     string        `split_words:"true" secret:"true" desc:"pgx connection string, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full (required; or BILLING_DATABASE_URL_FILE)"`
+	DatabaseURLFile string        `split_words:"true" desc:"file holding BILLING_DATABASE_URL (a mounted secret)"`
+	DBMaxConns      int32         `split_words:"true" default:"0" desc:"Postgres pool size; each in-flight transaction (one event, or a batch) holds a connection during its charges. 0: min(BILLING_CONCURRENCY, 28)+4, or BILLING_CONCURRENCY+4 without batching"`
+	BatchSize       int           `split_words:"true" default:"32" desc:"most events billed in one transaction (one commit, charges in parallel); events arriving together are batched while the connections are busy. 1 is one transaction per event"`
+	BatchLinger     time.Duration `split_words:"true" default:"2ms" desc:"while other batches are in flight, how long a batch may wait to fill before it is billed (fewer commits per event); an idle service bills at once. 0: never wait"`
 
 	PaymentURL       string        `split_words:"true" desc:"base URL of the payment provider; charges go to {url}/payments/charge (required by run)"`
 	PaymentToken     string        `split_words:"true" secret:"true" desc:"bearer token for the payment provider (optional; or BILLING_PAYMENT_TOKEN_FILE)"`
@@ -243,6 +244,9 @@ func (c config) validate(n need) error {
 	}
 	if _, err := c.logLevel(); err != nil {
 		v("LOG_LEVEL", "%v", err)
+	}
+	if c.BatchLinger < 0 || c.BatchLinger > time.Second {
+		v("BATCH_LINGER", "must be between 0s and 1s, got %s", c.BatchLinger)
 	}
 	if c.DBTimeout < 100*time.Millisecond {
 		v("DB_TIMEOUT", "must be at least 100ms, got %s", c.DBTimeout)

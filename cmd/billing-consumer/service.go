@@ -116,7 +116,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 	}
 	var biller pipeline.Biller = svc
 	if cfg.BatchSize > 1 {
-		batcher := billing.NewBatcher(svc, cfg.BatchSize, int(cfg.dbMaxConns())-reservedConns, s.m.Batch)
+		batcher := billing.NewBatcher(svc, cfg.BatchSize, int(cfg.dbMaxConns())-reservedConns, cfg.BatchLinger, s.m.Batch)
 		s.onClose(batcher.Close) // after the consumer has drained
 		biller = batcher
 	}

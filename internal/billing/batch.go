@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -36,6 +37,7 @@ type Batcher struct {
 	stop        chan struct{}
 	stopOnce    sync.Once
 	batchSizeFn func(int) // observes batch sizes; may be nil
+	linger      time.Duration
 }
 
 type request struct {
@@ -45,13 +47,14 @@ type request struct {
 }
 
 // NewBatcher returns a Batcher over svc running at most maxInFlight
-// batches of at most maxBatch events. observe, when not nil, sees the size
+// batches of at most maxBatch events; a batch formed while others are in
+// flight waits up to linger to fill. observe, when not nil, sees the size
 // of every batch. Call Close when done.
-func NewBatcher(svc *Service, maxBatch, maxInFlight int, observe func(size int)) *Batcher {
+func NewBatcher(svc *Service, maxBatch, maxInFlight int, linger time.Duration, observe func(size int)) *Batcher {
 	b := &Batcher{
 		svc: svc, maxBatch: max(1, maxBatch),
 		queue: make(chan request), slots: make(chan struct{}, max(1, maxInFlight)),
-		stop: make(chan struct{}), batchSizeFn: observe,
+		stop: make(chan struct{}), batchSizeFn: observe, linger: linger,
 	}
 	b.wg.Go(b.loop)
 	return b
@@ -95,16 +98,7 @@ func (b *Batcher) loop() {
 			first.done <- response{err: errors.New("billing batcher closed")}
 			return
 		}
-		batch := []request{first}
-	gather:
-		for len(batch) < b.maxBatch {
-			select {
-			case r := <-b.queue:
-				batch = append(batch, r)
-			default:
-				break gather
-			}
-		}
+			batch := b.gather(first)
 		if b.batchSizeFn != nil {
 			b.batchSizeFn(len(batch))
 		}
@@ -113,6 +107,40 @@ func (b *Batcher) loop() {
 			b.run(batch)
 		})
 	}
+}
+
+// gather takes what is queued behind first, up to maxBatch. While other
+// batches are in flight (the service is busy), it waits up to linger for
+// more: a batch of one costs a claim commit and a charge commit for one
+// event, a batch of 32 the same two for 32. An idle service sends at once.
+func (b *Batcher) gather(first request) []request {
+	batch := []request{first}
+	var timeout <-chan time.Time
+	for len(batch) < b.maxBatch {
+		select {
+		case r := <-b.queue:
+			batch = append(batch, r)
+			continue
+		default:
+		}
+		if timeout == nil {
+			if b.linger <= 0 || len(b.slots) < 2 {
+				return batch
+			}
+			t := time.NewTimer(b.linger)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case r := <-b.queue:
+			batch = append(batch, r)
+		case <-timeout:
+			return batch
+		case <-b.stop:
+			return batch
+		}
+	}
+	return batch
 }
 
 // run bills one batch and answers every request in it.

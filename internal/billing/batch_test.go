@@ -22,7 +22,7 @@ func processAll(t *testing.T, e *env, maxBatch int, evs []events.OrderConfirmed)
 	t.Helper()
 	var mu sync.Mutex
 	var sizes []int
-	b := billing.NewBatcher(e.svc, maxBatch, 1, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() })
+	b := billing.NewBatcher(e.svc, maxBatch, 1, 0, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() })
 	defer b.Close()
 	// Occupy the only slot with a slow first event so the rest queue up.
 	e.sim.SetFaults(paysim.Faults{Latency: 300 * time.Millisecond, Decline: e.decline})
@@ -167,7 +167,7 @@ func TestBatchWithEventOutsidePartitions(t *testing.T) {
 func TestBatcherConcurrentExactlyOnce(t *testing.T) {
 	e := newEnv(t, "secret-token")
 	e.sim.SetFaults(paysim.Faults{Latency: 5 * time.Millisecond, ErrorRate: 0.05, ResetRate: 0.05})
-	b := billing.NewBatcher(e.svc, 16, 4, nil)
+	b := billing.NewBatcher(e.svc, 16, 4, 2*time.Millisecond, nil)
 	defer b.Close()
 	var evs []events.OrderConfirmed
 	for i := range 150 {
@@ -230,5 +230,45 @@ func TestUnknownOutcomeKeepsTheOrderClaimed(t *testing.T) {
 	}
 	if n := e.sim.ChargesFor(6000); n != 1 {
 		t.Fatalf("provider charges %d, want 1", n)
+	}
+}
+
+// While another batch is in flight, a new batch waits (up to its linger)
+// for events arriving one after another, until it is full; an idle
+// Batcher bills at once.
+func TestBatchLingersOnlyWhileBusy(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	var mu sync.Mutex
+	var sizes []int
+	b := billing.NewBatcher(e.svc, 4, 2, time.Hour, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() })
+	defer b.Close()
+	// Idle: billed at once (a linger would wait an hour).
+	if res, err := b.Process(context.Background(), event(4500, 1)); err != nil || res.Outcome != billing.Charged {
+		t.Fatalf("idle: %+v, %v", res, err)
+	}
+	// Busy: a slow event holds one slot; four more trickle in and gather
+	// into one batch on the other slot.
+	e.sim.SetFaults(paysim.Faults{Latency: 200 * time.Millisecond})
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = b.Process(context.Background(), event(4501, 1)) })
+	for tries := 0; e.sim.InFlight() == 0; tries++ {
+		if tries == 1000 {
+			t.Fatal("the slow event never reached the provider")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := range 4 {
+		wg.Go(func() {
+			if res, err := b.Process(context.Background(), event(int64(4502+i), 1)); err != nil || res.Outcome != billing.Charged {
+				t.Errorf("event %d: %+v, %v", i, res, err)
+			}
+		})
+		time.Sleep(5 * time.Millisecond) // one after another, not at once
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(sizes, []int{1, 1, 4}) {
+		t.Fatalf("batch sizes %v; want 1 (idle), 1 (the slow one), 4 (gathered while busy)", sizes)
 	}
 }
