@@ -98,7 +98,7 @@ func (b *Batcher) loop() {
 			first.done <- response{err: errors.New("billing batcher closed")}
 			return
 		}
-			batch := b.gather(first)
+		batch := b.gather(first)
 		if b.batchSizeFn != nil {
 			b.batchSizeFn(len(batch))
 		}
