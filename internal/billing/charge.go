@@ -69,14 +69,18 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 	if err != nil {
 		return nil, classifyDB(fmt.Errorf("begin: %w", err))
 	}
-	committed := false
-	defer func() {
-		if !committed {
+	// The transaction ends before the failed events' claims are settled
+	// (settleFailed), on other connections.
+	done := false
+	end := func() {
+		if !done {
+			done = true
 			rctx, cancel := s.detached(ctx)
 			defer cancel()
 			_ = tx.Rollback(rctx)
 		}
-	}()
+	}
+	defer end()
 	out := make([]response, len(evs))
 	todo := make([]int, 0, len(evs))
 	if withDedup {
@@ -117,9 +121,10 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 					"order %d was charged, but recording it failed (the claim stays pending; the retry replays): %w", evs[i].OrderID, err))}
 			}
 		} else {
-			committed = true
+			done = true
 		}
 	}
+	end()
 	s.settleFailed(ctx, evs, created, failed, out)
 	return out, nil
 }
