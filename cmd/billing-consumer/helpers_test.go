@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -172,7 +173,7 @@ func (p *inProcess) wait() error {
 func (p *inProcess) httpAddr(t *testing.T) string {
 	t.Helper()
 	var addr string
-	poll(t, 30*time.Second, "the started log line", func() bool {
+	poll.Until(t, 30*time.Second, "the started log line", func() bool {
 		select {
 		case err := <-p.done:
 			p.err, p.ended = err, true

@@ -150,18 +150,6 @@ func committedAtEnd(lags map[int]PartitionLag) bool {
 	return len(lags) > 0
 }
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // running is a Consumer whose Run executes in a goroutine owned by the test.
 type running struct {
 	*Consumer

@@ -134,38 +134,6 @@ func (env *replayEnv) produce(t *testing.T, p int, records ...kafka.Message) {
 	}
 }
 
-// readAll returns every record of topic up to its current end, by
-// partition then offset.
-func (env *replayEnv) readAll(t *testing.T, topic string) []kafka.Message {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	lags, err := consumer.GroupLag(ctx, env.client, topic, "replay-test-never-commits")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []kafka.Message
-	for _, l := range lags {
-		if l.End == 0 {
-			continue
-		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: env.brokers, Topic: topic, Partition: l.Partition, MaxWait: 100 * time.Millisecond})
-		for {
-			m, err := r.FetchMessage(ctx)
-			if err != nil {
-				r.Close()
-				t.Fatalf("read %s/%d: %v", topic, l.Partition, err)
-			}
-			out = append(out, m)
-			if m.Offset+1 >= l.End {
-				break
-			}
-		}
-		r.Close()
-	}
-	return out
-}
-
 // committed returns the replay group's committed offset of each DLQ
 // partition (-1: none) and the partitions' ends.
 func (env *replayEnv) committed(t *testing.T) (committed, end map[int]int64) {
@@ -246,7 +214,7 @@ func TestReplayRepublishesAndResumes(t *testing.T) {
 			t.Errorf("replayed %d %s records, want %d", got, r, n)
 		}
 	}
-	out := env.readAll(t, env.src)
+	out := kafkatest.MustReadTopic(t, env.brokers, env.src)
 	if got, want := sortedValues(out), []string{"a-invalid", "b-exhausted", "c-permanent", "d-conflict", "e-exhausted"}; !slices.Equal(got, want) {
 		t.Fatalf("source topic holds %v, want %v", got, want)
 	}
@@ -274,14 +242,14 @@ func TestReplayRepublishesAndResumes(t *testing.T) {
 
 	sum = env.mustRun(t, Options{})
 	wantTotals(t, sum, Counts{})
-	if n := len(env.readAll(t, env.src)); n != 5 {
+	if n := len(kafkatest.MustReadTopic(t, env.brokers, env.src)); n != 5 {
 		t.Fatalf("second run: source topic has %d records, want still 5", n)
 	}
 
 	env.produce(t, 1, deadLetter(env.source("f-exhausted"), dlq.Exhausted))
 	sum = env.mustRun(t, Options{})
 	wantTotals(t, sum, Counts{Replayed: 1})
-	if got := sortedValues(env.readAll(t, env.src)); !slices.Contains(got, "f-exhausted") || len(got) != 6 {
+	if got := sortedValues(kafkatest.MustReadTopic(t, env.brokers, env.src)); !slices.Contains(got, "f-exhausted") || len(got) != 6 {
 		t.Fatalf("third run: source topic holds %v, want the 5 and f-exhausted", got)
 	}
 	env.wantCommitted(t, map[int]int64{0: 3, 1: 3})
@@ -301,7 +269,7 @@ func TestReplayReasonFilter(t *testing.T) {
 	if sum.ByReason[dlq.Invalid].Skipped != 1 || sum.ByReason[dlq.Permanent].Skipped != 1 {
 		t.Errorf("by reason %v, want one invalid and one permanent skipped", sum.ByReason)
 	}
-	if got, want := sortedValues(env.readAll(t, env.src)), []string{"exhausted-1", "exhausted-2"}; !slices.Equal(got, want) {
+	if got, want := sortedValues(kafkatest.MustReadTopic(t, env.brokers, env.src)), []string{"exhausted-1", "exhausted-2"}; !slices.Equal(got, want) {
 		t.Fatalf("source topic holds %v, want %v", got, want)
 	}
 	env.wantCommitted(t, map[int]int64{0: 4})
@@ -322,7 +290,7 @@ func TestReplayDryRun(t *testing.T) {
 		t.Error("summary does not say dry run")
 	}
 	wantTotals(t, sum, Counts{Replayed: 2, Skipped: 1})
-	if n := len(env.readAll(t, env.src)); n != 0 {
+	if n := len(kafkatest.MustReadTopic(t, env.brokers, env.src)); n != 0 {
 		t.Fatalf("dry run produced %d records", n)
 	}
 	env.wantCommitted(t, map[int]int64{0: -1, 1: -1})
@@ -350,7 +318,7 @@ func TestReplayMax(t *testing.T) {
 		t.Error("MaxReached not set")
 	}
 	env.wantCommitted(t, map[int]int64{0: 3})
-	if got, want := sortedValues(env.readAll(t, env.src)), []string{"e0", "e2"}; !slices.Equal(got, want) {
+	if got, want := sortedValues(kafkatest.MustReadTopic(t, env.brokers, env.src)), []string{"e0", "e2"}; !slices.Equal(got, want) {
 		t.Fatalf("source topic holds %v, want %v", got, want)
 	}
 
@@ -395,10 +363,10 @@ func TestReplayRefusesAtLimit(t *testing.T) {
 	sum, err := env.run(t, Options{})
 	wantRefusal(sum, err, 2)
 	env.wantCommitted(t, map[int]int64{0: 2})
-	if got, want := sortedValues(env.readAll(t, env.src)), []string{"fresh", "once"}; !slices.Equal(got, want) {
+	if got, want := sortedValues(kafkatest.MustReadTopic(t, env.brokers, env.src)), []string{"fresh", "once"}; !slices.Equal(got, want) {
 		t.Fatalf("source topic holds %v, want %v", got, want)
 	}
-	for _, m := range env.readAll(t, env.src) {
+	for _, m := range kafkatest.MustReadTopic(t, env.brokers, env.src) {
 		if string(m.Value) == "once" && !slices.Equal(replayCounts(m), []string{"2"}) {
 			t.Errorf("once: %s %v, want [2]", dlq.HeaderReplayCount, replayCounts(m))
 		}
@@ -445,7 +413,7 @@ func TestReplayRefusesUnsafeRecords(t *testing.T) {
 				t.Fatalf("Run: %v, want a refusal of offset 1 with %q", err, tc.why)
 			}
 			wantTotals(t, sum, Counts{Replayed: 1, Refused: 1})
-			if got := sortedValues(env.readAll(t, env.src)); !slices.Equal(got, []string{"good"}) {
+			if got := sortedValues(kafkatest.MustReadTopic(t, env.brokers, env.src)); !slices.Equal(got, []string{"good"}) {
 				t.Fatalf("source topic holds %v, want [good]", got)
 			}
 			env.wantCommitted(t, map[int]int64{0: 1})
@@ -529,7 +497,7 @@ func TestReplayConcurrentRuns(t *testing.T) {
 	}
 	// A record republished just before a rebalance may be there twice:
 	// harmless, the consumer deduplicates.
-	got := slices.Compact(sortedValues(env.readAll(t, env.src)))
+	got := slices.Compact(sortedValues(kafkatest.MustReadTopic(t, env.brokers, env.src)))
 	if !slices.Equal(got, want) {
 		t.Fatalf("source topic holds %v, want %v", got, want)
 	}
