@@ -19,6 +19,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 )
 
 // replayEnv is a source topic, a dead-letter topic and a replay group on
@@ -451,9 +452,7 @@ func TestReplayEndsWhileRecordsArrive(t *testing.T) {
 		}
 	})
 	defer func() { stop(); wg.Wait() }()
-	for written.Load() < 5 {
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, 30*time.Second, "5 records written while the run starts", func() bool { return written.Load() >= 5 })
 	before := int(written.Load())
 	sum := env.mustRun(t, Options{})
 	after := int(written.Load())
