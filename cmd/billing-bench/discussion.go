@@ -50,15 +50,15 @@ func (r report) discussion(b *strings.Builder) {
 		if !ok || x.TP.Rate <= 0 {
 			continue
 		}
-		bound := defaultConcurrency / l.Seconds()
-		slot := time.Duration(defaultConcurrency / x.TP.Rate * float64(time.Second))
+		bound := float64(r.env.Defaults.Concurrency) / l.Seconds()
+		slot := time.Duration(float64(r.env.Defaults.Concurrency) / x.TP.Rate * float64(time.Second))
 		p("- **Default mode at %s is bounded by its concurrency** (Little's law): each in-flight event holds one of the %d slots for the whole "+
 			"provider call (its Postgres transaction and connection are shared with up to %d other events: BILLING_BATCH_SIZE), so events/s ≤ %d / %s = **%.0f/s** whatever the CPU. "+
 			"Measured %.0f/s, i.e. %s per event in a slot if all %d are busy. The consumer's own metrics put the provider call at %s on average, "+
 			"and the simulator had %.1f charges in progress on average: that many slots were waiting on the provider, the rest of the %d were in "+
 			"the batch's Postgres statements and commit",
-			ms(l), defaultConcurrency, defaultBatch-1, defaultConcurrency, ms(l), bound, x.TP.Rate, ms(slot), defaultConcurrency, ms(x.Stats.PaymentMean),
-			x.InFlight, defaultConcurrency)
+			ms(l), r.env.Defaults.Concurrency, r.env.Defaults.BatchSize-1, r.env.Defaults.Concurrency, ms(l), bound, x.TP.Rate, ms(slot), r.env.Defaults.Concurrency, ms(x.Stats.PaymentMean),
+			x.InFlight, r.env.Defaults.Concurrency)
 		if len(r.pgbench) > 1 {
 			pg := r.pgbench[len(r.pgbench)-1]
 			p(" (pgbench's average transaction takes %.1f ms with %d clients)", pg.LatencyAvg, pg.Clients)
@@ -66,7 +66,7 @@ func (r report) discussion(b *strings.Builder) {
 		p(", Kafka and waiting for a CPU (%.2f cores idle).", x.CPU.Idle)
 		if t := targetRate[l]; t > bound {
 			p(" The target of %.0f/s is above this bound: it cannot be met with BILLING_CONCURRENCY=%d, only with about %.0f or more slots "+
-				"(and as many Postgres connections).", t, defaultConcurrency, t*slot.Seconds())
+				"(and as many Postgres connections).", t, r.env.Defaults.Concurrency, t*slot.Seconds())
 		}
 		if seqX, ok := r.find("sequential", l); ok && l == 20*time.Millisecond && seqX.TP.Rate > 0 {
 			need := 100 * seqX.TP.Rate
@@ -135,8 +135,8 @@ func (r report) discussion(b *strings.Builder) {
 	for _, x := range r.results {
 		peak = max(peak, x.PeakRSS)
 	}
-	p("- **Peak RSS** (%s at most) stays low because fetching is bounded: at most BILLING_PARTITION_WINDOW (1024) records per partition are held "+
-		"between fetch and commit, and at most BILLING_CONCURRENCY events run at once.\n", mb(peak))
+	p("- **Peak RSS** (%s at most) stays low because fetching is bounded: at most BILLING_PARTITION_WINDOW (%d) records per partition are held "+
+		"between fetch and commit, and at most BILLING_CONCURRENCY (%d) events run at once.\n", mb(peak), r.env.Defaults.PartitionWindow, r.env.Defaults.Concurrency)
 	var busy []string
 	for _, x := range r.results {
 		if x.CPU.Other > 0.2 {

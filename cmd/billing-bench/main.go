@@ -73,14 +73,14 @@ func backlog(m mode, latency time.Duration, scale float64) int {
 
 // options are the command-line settings.
 type options struct {
-	bin, out, chart, logPath, pgbench, kafkaScript string
-	brokers                                        []string
-	dbURL                                          string
-	timebox, steadyFor, poll                       time.Duration
-	steadyCap                                      float64
-	scale                                          float64
-	skipPgbench                                    bool
-	only                                           string
+	bin, out, chart, readme, logPath, pgbench, kafkaScript string
+	brokers                                                []string
+	dbURL                                                  string
+	timebox, steadyFor, poll                               time.Duration
+	steadyCap                                              float64
+	scale                                                  float64
+	skipPgbench                                            bool
+	only                                                   string
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -89,6 +89,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.bin, "consumer", "bin/billing-consumer", "path of the billing-consumer binary")
 	fs.StringVar(&o.out, "out", "", "write the Markdown report here (empty: none)")
 	fs.StringVar(&o.chart, "chart", "", "write the SVG chart here (empty: none)")
+	fs.StringVar(&o.readme, "readme", "", "rewrite the performance summary between the billing-bench markers of this file (empty: none)")
 	fs.StringVar(&o.logPath, "log", "bin/billing-bench.log", "where the consumers' JSON logs go")
 	fs.StringVar(&o.pgbench, "pgbench", "", "pgbench binary (empty: the newest /usr/lib/postgresql/*/bin/pgbench, else PATH)")
 	fs.StringVar(&o.kafkaScript, "kafka-script", "scripts/kafka.sh", "asked for the Kafka version")
@@ -186,6 +187,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, " and %s", o.chart)
 		}
 		fmt.Fprintln(stdout)
+	}
+	if o.readme != "" {
+		if err := writeReadme(o.readme, rep.readmeSummary()); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "rewrote the summary in %s\n", o.readme)
 	}
 	if len(failures) > 0 {
 		return fmt.Errorf("exactly-once charging violated: %s", strings.Join(failures, "; "))
