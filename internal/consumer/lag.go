@@ -58,13 +58,9 @@ func GroupLag(ctx context.Context, client *kafka.Client, topic, group string) ([
 // Failures are logged at most once a minute.
 func WatchLag(ctx context.Context, client *kafka.Client, topic, group string, interval time.Duration,
 	logger *slog.Logger, report func([]PartitionLag, error)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	var lastLogged time.Time
-	for {
-		qctx, cancel := context.WithTimeout(ctx, interval)
+	kafkagroup.Every(ctx, interval, func(qctx context.Context) {
 		lags, err := GroupLag(qctx, client, topic, group)
-		cancel()
 		if ctx.Err() != nil {
 			return
 		}
@@ -73,10 +69,5 @@ func WatchLag(ctx context.Context, client *kafka.Client, topic, group string, in
 			logger.Warn("consumer lag unavailable", "err", err)
 			lastLogged = time.Now()
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }

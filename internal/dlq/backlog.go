@@ -125,26 +125,16 @@ func retention(ctx context.Context, client *kafka.Client, topic string) (time.Du
 // and the lag alerts cover an unreachable Kafka).
 func WatchBacklog(ctx context.Context, client *kafka.Client, topic, replayGroup string, interval time.Duration,
 	logger *slog.Logger, report func(Backlog)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	var lastLogged time.Time
-	for {
-		qctx, cancel := context.WithTimeout(ctx, interval)
+	kafkagroup.Every(ctx, interval, func(qctx context.Context) {
 		b, err := ReadBacklog(qctx, client, topic, replayGroup)
-		cancel()
 		switch {
 		case ctx.Err() != nil:
-			return
 		case err == nil:
 			report(b)
 		case time.Since(lastLogged) > 10*time.Minute:
 			logger.Warn("dead-letter backlog unavailable", "topic", topic, "err", err)
 			lastLogged = time.Now()
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
