@@ -11,12 +11,19 @@ import (
 // seconds per event), so they stay true when the numbers change.
 func (r report) discussion(b *strings.Builder) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	cpus := float64(r.env.CPUs)
 	p("\n## What limits each number\n\n")
 	p("Everything below runs on the same %d CPUs: the Kafka broker, Postgres, the simulator and this harness compete with the consumer, "+
 		"so these are numbers of the whole system on this machine, not of the consumer alone.\n\n", r.env.CPUs)
 
-	// Sequential: one event at a time, so 1/rate is the time of one event.
+	r.sequential(p)
+	r.littlesLaw(p)
+	r.cpuBound(p)
+	r.latency(p)
+	r.memoryAndNoise(p)
+}
+
+// sequential writes the paragraph on the sequential mode: one event at a time, so 1/rate is the time of one event.
+func (r report) sequential(p func(format string, args ...any)) {
 	var seq []string
 	for _, l := range latencies {
 		if x, ok := r.find("sequential", l); ok && x.TP.Rate > 0 {
@@ -43,8 +50,10 @@ func (r report) discussion(b *strings.Builder) {
 		}
 		p(" At 20 and 100 ms the provider's latency is nearly all of it.\n")
 	}
+}
 
-	// Default mode with latency: Little's law.
+// littlesLaw writes the paragraph on the default mode with a provider latency: bounded by its concurrency (Little's law).
+func (r report) littlesLaw(p func(format string, args ...any)) {
 	for _, l := range latencies[1:] {
 		x, ok := r.find("default", l)
 		if !ok || x.TP.Rate <= 0 {
@@ -78,8 +87,11 @@ func (r report) discussion(b *strings.Builder) {
 		}
 		p("\n")
 	}
+}
 
-	// Default mode at 0 ms: CPU.
+// cpuBound writes the paragraph on the default mode at 0 ms: bounded by CPU.
+func (r report) cpuBound(p func(format string, args ...any)) {
+	cpus := float64(r.env.CPUs)
 	if x, ok := r.find("default", 0); ok && x.TP.Rate > 0 {
 		c := x.CPU
 		perEvent := func(cores float64) float64 { return cores / x.TP.Rate * 1e6 } // µs
@@ -106,8 +118,10 @@ func (r report) discussion(b *strings.Builder) {
 		}
 		p("\n")
 	}
+}
 
-	// Latency.
+// latency writes the paragraph on the produce→commit latency.
+func (r report) latency(p func(format string, args ...any)) {
 	var def []string
 	for _, x := range r.results {
 		if x.Mode == "default" {
@@ -130,7 +144,10 @@ func (r report) discussion(b *strings.Builder) {
 		}
 		p(".\n")
 	}
+}
 
+// memoryAndNoise writes the paragraph on peak RSS, and the runs other processes disturbed.
+func (r report) memoryAndNoise(p func(format string, args ...any)) {
 	var peak int64
 	for _, x := range r.results {
 		peak = max(peak, x.PeakRSS)

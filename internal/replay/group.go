@@ -145,17 +145,16 @@ func (run *replayRun) dryRun(ctx context.Context) error {
 	return nil
 }
 
-// partition replays one partition from the group's offset from (negative:
-// none) up to its end at the start of the run. commit is nil in a dry run.
-// Skipped records are committed with the next republished one or at the
-// end. stop reports that the run must end here (--max reached).
-func (run *replayRun) partition(ctx, work context.Context, partition int, from int64, commit func(int64) error) (stop bool, err error) {
-	cfg := run.r.cfg
-	b, ok := run.bounds[partition]
+// startOf returns the bounds of partition at the start of the run and the
+// offset to replay it from, given the group's offset from (negative:
+// none); ok is false when there is nothing to replay: the partition was
+// created after the start, or the group is at its end.
+func (run *replayRun) startOf(partition int, from int64) (b kafkagroup.Bounds, start int64, ok bool) {
+	b, ok = run.bounds[partition]
 	if !ok {
-		return false, nil // created after the start
+		return b, 0, false // created after the start
 	}
-	start := from
+	start = from
 	if start < b.First {
 		if start >= 0 {
 			run.log.Warn("dead-letter records expired before they were replayed", "partition", partition,
@@ -163,7 +162,17 @@ func (run *replayRun) partition(ctx, work context.Context, partition int, from i
 		}
 		start = b.First
 	}
-	if start >= b.End {
+	return b, start, start < b.End
+}
+
+// partition replays one partition from the group's offset from (negative:
+// none) up to its end at the start of the run. commit is nil in a dry run.
+// Skipped records are committed with the next republished one or at the
+// end. stop reports that the run must end here (--max reached).
+func (run *replayRun) partition(ctx, work context.Context, partition int, from int64, commit func(int64) error) (stop bool, err error) {
+	cfg := run.r.cfg
+	b, start, ok := run.startOf(partition, from)
+	if !ok {
 		return false, nil
 	}
 	log := run.log.With("partition", partition)
