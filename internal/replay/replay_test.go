@@ -19,6 +19,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/logtest"
 	"github.com/billing-consumer/billing-consumer/internal/poll"
 )
 
@@ -29,7 +30,7 @@ type replayEnv struct {
 	src, dlq   string
 	group      string
 	client     *kafka.Client
-	log        *lockedBuffer
+	log        *logtest.Buffer
 	maxReplays int
 	produced   int
 }
@@ -43,7 +44,7 @@ func newReplayEnv(t *testing.T, dlqPartitions int) *replayEnv {
 		dlq:        kafkatest.UniqueName("replay-dlq"),
 		group:      kafkatest.UniqueName("replay-group"),
 		client:     &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}},
-		log:        &lockedBuffer{},
+		log:        &logtest.Buffer{},
 		maxReplays: 3,
 	}
 	kafkatest.CreateTopic(t, brokers, env.src, 3)
@@ -54,24 +55,6 @@ func newReplayEnv(t *testing.T, dlqPartitions int) *replayEnv {
 		}
 	})
 	return env
-}
-
-// lockedBuffer collects log lines from kafka-go's goroutines too.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func (env *replayEnv) replayer(t *testing.T) *Replayer {
