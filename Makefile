@@ -26,9 +26,9 @@ test: ## every test, against a scratch Postgres this target starts
 lint: ## gofmt, go vet, staticcheck and govulncheck
 	scripts/lint.sh
 
-bench: build ## throughput, latency and memory of the real binary against real Kafka and Postgres (fsync on); writes docs/benchmarks.md and .svg
+bench: build ## throughput, latency and memory of the real binary against real Kafka and Postgres (fsync on); writes docs/benchmarks.md and .svg and the summary in README.md
 	BILLING_DATABASE_URL="$${BILLING_DATABASE_URL:-$$(scripts/pg.sh start)}" BENCH_BROKERS="$$(scripts/kafka.sh start)" \
-		go run ./cmd/billing-bench -consumer bin/billing-consumer -out docs/benchmarks.md -chart docs/benchmarks.svg
+		go run ./cmd/billing-bench -consumer bin/billing-consumer -out docs/benchmarks.md -chart docs/benchmarks.svg -readme README.md
 
 chaos: build ## the long fault-injection profile: >=100 kills, >=1000 provider faults, broker and Postgres restarts
 	BILLING_CHAOS_PROFILE=long go test -count=1 -run TestChaos -v -timeout 90m ./e2e

@@ -87,7 +87,6 @@ func TestChaos(t *testing.T) {
 		"BILLING_SHUTDOWN_TIMEOUT=15s", "BILLING_PAYMENT_TIMEOUT=500ms", "BILLING_MAX_ATTEMPTS=30",
 		"BILLING_RETRY_BACKOFF=20ms", "BILLING_RETRY_BACKOFF_MAX=1s", "BILLING_CONCURRENCY=32",
 	}
-	env = append(env, completerEnv...)
 
 	// The traffic arrives throughout the run, not all at once.
 	ctx, cancel := context.WithCancel(context.Background())

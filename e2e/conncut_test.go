@@ -16,7 +16,8 @@ import (
 
 // completerEnv configures the service's completer of pending claims
 // (SPEC §6) so that a claim left pending by a dead transaction is settled
-// well within the tests' wait for pending claims (pendingWait).
+// well within the tests' wait for pending claims (pendingWait). Every
+// world's env has it.
 var completerEnv = []string{"BILLING_COMPLETER_AFTER=5s", "BILLING_COMPLETER_INTERVAL=1s"}
 
 // pendingWait bounds the wait, after the topic is drained, for every
@@ -58,8 +59,8 @@ func TestConnectionCuts(t *testing.T) {
 	w.sim.SetFaults(paysim.Faults{Latency: 10 * time.Millisecond, LatencyJitter: 20 * time.Millisecond,
 		ErrorRate: 0.02, ResetRate: 0.01, Decline: func(order int64) bool { return plan.Declined[order] }})
 	cutter := cutDatabase(t, w, harness.CutConfig{Every: 150 * time.Millisecond, Share: 0.5, Spare: 300 * time.Millisecond, Seed: uint64(first)})
-	env := append([]string{"BILLING_KAFKA_SESSION_TIMEOUT=3s", "BILLING_KAFKA_REBALANCE_TIMEOUT=6s",
-		"BILLING_DRAIN_TIMEOUT=2s", "BILLING_MAX_ATTEMPTS=30", "BILLING_RETRY_BACKOFF_MAX=1s"}, completerEnv...)
+	env := []string{"BILLING_KAFKA_SESSION_TIMEOUT=3s", "BILLING_KAFKA_REBALANCE_TIMEOUT=6s",
+		"BILLING_DRAIN_TIMEOUT=2s", "BILLING_MAX_ATTEMPTS=30", "BILLING_RETRY_BACKOFF_MAX=1s"}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

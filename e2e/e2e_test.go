@@ -119,7 +119,7 @@ func (w *world) env(extra ...string) []string {
 		"BILLING_RETRY_BACKOFF_MAX=500ms",
 		"BILLING_PAYMENT_TIMEOUT=2s",
 		"BILLING_KAFKA_LAG_INTERVAL=1s",
-	}, extra...)
+	}, append(completerEnv, extra...)...)
 }
 
 func (w *world) run(t *testing.T, args ...string) *harness.Process {
@@ -161,23 +161,39 @@ func (w *world) verifyWith(t *testing.T, c harness.Check) harness.Report {
 	return rep
 }
 
+// waitDrained waits until the group has committed the end of the topic,
+// then, while p still runs, up to pendingWait for the ledger claims left
+// pending (by a killed attempt, say) to be settled by their redelivery or
+// p's completer, as they are in production.
 func (w *world) waitDrained(t *testing.T, p *harness.Process, timeout time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- harness.WaitDrained(ctx, w.brokers, w.topic, w.group) }()
-	for {
+	for drained := false; !drained; {
 		select {
 		case err := <-done:
 			if err != nil {
 				t.Fatal(err)
 			}
-			return
+			drained = true
 		case <-time.After(200 * time.Millisecond):
 			if exited, err := p.Exited(); exited {
 				t.Fatalf("consumer exited early: %v", err)
 			}
+		}
+	}
+	for start := time.Now(); time.Since(start) < pendingWait; time.Sleep(200 * time.Millisecond) {
+		var n int
+		qctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := w.db.QueryRow(qctx, "SELECT count(*) FROM charge WHERE status = 'pending'").Scan(&n)
+		cancel()
+		if err != nil {
+			t.Fatalf("count pending claims: %v", err)
+		}
+		if exited, _ := p.Exited(); n == 0 || exited {
+			return
 		}
 	}
 }

@@ -67,7 +67,7 @@ func TestReplayDuplicatesAreHarmless(t *testing.T) {
 
 	// Charged events dead-lettered as well, as they were consumed.
 	var charged []kafka.Message
-	for _, m := range w.readTopic(t, w.topic) {
+	for _, m := range kafkatest.MustReadTopic(t, w.brokers, w.topic) {
 		if order := orderOf(t, m); order < first+orders-outage && !plan.Declined[order] && len(charged) < copies {
 			charged = append(charged, dlq.Record(m, w.group, dlq.Exhausted, errors.New("payment: timeout"), 2, time.Now()))
 		}
@@ -217,7 +217,7 @@ func (w *world) dlqCount(t *testing.T, reason dlq.Reason) int {
 func (w *world) readTopicRecords(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	for _, m := range w.readTopic(t, w.topic) {
+	for _, m := range kafkatest.MustReadTopic(t, w.brokers, w.topic) {
 		count := ""
 		for _, h := range m.Headers {
 			if h.Key == dlq.HeaderReplayCount {
@@ -225,41 +225,6 @@ func (w *world) readTopicRecords(t *testing.T) []string {
 			}
 		}
 		out = append(out, count)
-	}
-	return out
-}
-
-// readTopic returns every record of topic up to its current end, with its
-// partition and offset.
-func (w *world) readTopic(t *testing.T, topic string) []kafka.Message {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	lags, err := harness.Lag(ctx, w.brokers, topic, "e2e-reader-never-commits")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []kafka.Message
-	for _, l := range lags {
-		if l.End == 0 {
-			continue
-		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: w.brokers, Topic: topic, Partition: l.Partition, MaxWait: 100 * time.Millisecond})
-		if err := r.SetOffset(kafka.FirstOffset); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			m, err := r.FetchMessage(ctx)
-			if err != nil {
-				r.Close()
-				t.Fatalf("read %s/%d: %v", topic, l.Partition, err)
-			}
-			out = append(out, m)
-			if m.Offset+1 >= l.End {
-				break
-			}
-		}
-		r.Close()
 	}
 	return out
 }

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/harness"
 	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/logtest"
 	"github.com/billing-consumer/billing-consumer/internal/paysim"
 	"github.com/billing-consumer/billing-consumer/internal/pgtest"
 )
@@ -199,7 +199,7 @@ func TestKafkaSecurity(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				var out lockedBuffer
+				var out logtest.Buffer
 				start := time.Now()
 				p, err := harness.Start(w.bin, []string{"run"}, w.env(tt.env...), &out)
 				if err != nil {
@@ -262,11 +262,11 @@ func testSecretsNeverLeak(t *testing.T, b *secureBroker) {
 		t.Fatal(err)
 	}
 
-	var seen lockedBuffer // everything the service wrote or served
+	var seen logtest.Buffer // everything the service wrote or served
 	secure := append(b.saslEnv("scram-sha-512", saslPassword), "BILLING_PAYMENT_TOKEN="+token)
 	exitsWith := func(name string, args []string, env ...string) {
 		t.Helper()
-		var out lockedBuffer
+		var out logtest.Buffer
 		p, err := harness.Start(w.bin, args, w.env(append(append([]string{}, secure...), env...)...), &out)
 		if err != nil {
 			t.Fatal(err)
@@ -289,7 +289,7 @@ func testSecretsNeverLeak(t *testing.T, b *secureBroker) {
 	// unready, saying why, until stopped.
 	waitsUnready := func(name, why string, env ...string) {
 		t.Helper()
-		var out lockedBuffer
+		var out logtest.Buffer
 		addr := kafkatest.FreePort(t)
 		p, err := harness.Start(w.bin, []string{"run"}, w.env(append(append(append([]string{}, secure...), env...),
 			"BILLING_HTTP_ADDR="+addr)...), &out)
@@ -314,7 +314,7 @@ func testSecretsNeverLeak(t *testing.T, b *secureBroker) {
 
 	// A wrong provider token: 401, a systemic pause, nothing dead-lettered.
 	func() {
-		var out lockedBuffer
+		var out logtest.Buffer
 		addr := kafkatest.FreePort(t)
 		p, err := harness.Start(w.bin, []string{"run"}, w.env(append(append([]string{}, secure...),
 			"BILLING_PAYMENT_TOKEN="+wrongToken, "BILLING_HTTP_ADDR="+addr)...), &out)
@@ -339,7 +339,7 @@ func testSecretsNeverLeak(t *testing.T, b *secureBroker) {
 
 	// The right token: the workload drains, with DLQ writes.
 	addr := kafkatest.FreePort(t)
-	var out lockedBuffer
+	var out logtest.Buffer
 	p, err := harness.Start(w.bin, []string{"run"}, w.env(append(append([]string{}, secure...),
 		"BILLING_HTTP_ADDR="+addr, "BILLING_LOG_LEVEL=debug")...), &out)
 	if err != nil {
@@ -405,24 +405,6 @@ func withPassword(t *testing.T, dbURL, password string) string {
 	}
 	_ = conn.Close(ctx)
 	return u.String()
-}
-
-// lockedBuffer is a buffer a subprocess writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func lastLine(s string) string {

@@ -11,12 +11,19 @@ import (
 // seconds per event), so they stay true when the numbers change.
 func (r report) discussion(b *strings.Builder) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	cpus := float64(r.env.CPUs)
 	p("\n## What limits each number\n\n")
 	p("Everything below runs on the same %d CPUs: the Kafka broker, Postgres, the simulator and this harness compete with the consumer, "+
 		"so these are numbers of the whole system on this machine, not of the consumer alone.\n\n", r.env.CPUs)
 
-	// Sequential: one event at a time, so 1/rate is the time of one event.
+	r.sequential(p)
+	r.littlesLaw(p)
+	r.cpuBound(p)
+	r.latency(p)
+	r.memoryAndNoise(p)
+}
+
+// sequential writes the paragraph on the sequential mode: one event at a time, so 1/rate is the time of one event.
+func (r report) sequential(p func(format string, args ...any)) {
 	var seq []string
 	for _, l := range latencies {
 		if x, ok := r.find("sequential", l); ok && x.TP.Rate > 0 {
@@ -43,22 +50,24 @@ func (r report) discussion(b *strings.Builder) {
 		}
 		p(" At 20 and 100 ms the provider's latency is nearly all of it.\n")
 	}
+}
 
-	// Default mode with latency: Little's law.
+// littlesLaw writes the paragraph on the default mode with a provider latency: bounded by its concurrency (Little's law).
+func (r report) littlesLaw(p func(format string, args ...any)) {
 	for _, l := range latencies[1:] {
 		x, ok := r.find("default", l)
 		if !ok || x.TP.Rate <= 0 {
 			continue
 		}
-		bound := defaultConcurrency / l.Seconds()
-		slot := time.Duration(defaultConcurrency / x.TP.Rate * float64(time.Second))
+		bound := float64(r.env.Defaults.Concurrency) / l.Seconds()
+		slot := time.Duration(float64(r.env.Defaults.Concurrency) / x.TP.Rate * float64(time.Second))
 		p("- **Default mode at %s is bounded by its concurrency** (Little's law): each in-flight event holds one of the %d slots for the whole "+
 			"provider call (its Postgres transaction and connection are shared with up to %d other events: BILLING_BATCH_SIZE), so events/s ≤ %d / %s = **%.0f/s** whatever the CPU. "+
 			"Measured %.0f/s, i.e. %s per event in a slot if all %d are busy. The consumer's own metrics put the provider call at %s on average, "+
 			"and the simulator had %.1f charges in progress on average: that many slots were waiting on the provider, the rest of the %d were in "+
 			"the batch's Postgres statements and commit",
-			ms(l), defaultConcurrency, defaultBatch-1, defaultConcurrency, ms(l), bound, x.TP.Rate, ms(slot), defaultConcurrency, ms(x.Stats.PaymentMean),
-			x.InFlight, defaultConcurrency)
+			ms(l), r.env.Defaults.Concurrency, r.env.Defaults.BatchSize-1, r.env.Defaults.Concurrency, ms(l), bound, x.TP.Rate, ms(slot), r.env.Defaults.Concurrency, ms(x.Stats.PaymentMean),
+			x.InFlight, r.env.Defaults.Concurrency)
 		if len(r.pgbench) > 1 {
 			pg := r.pgbench[len(r.pgbench)-1]
 			p(" (pgbench's average transaction takes %.1f ms with %d clients)", pg.LatencyAvg, pg.Clients)
@@ -66,7 +75,7 @@ func (r report) discussion(b *strings.Builder) {
 		p(", Kafka and waiting for a CPU (%.2f cores idle).", x.CPU.Idle)
 		if t := targetRate[l]; t > bound {
 			p(" The target of %.0f/s is above this bound: it cannot be met with BILLING_CONCURRENCY=%d, only with about %.0f or more slots "+
-				"(and as many Postgres connections).", t, defaultConcurrency, t*slot.Seconds())
+				"(and as many Postgres connections).", t, r.env.Defaults.Concurrency, t*slot.Seconds())
 		}
 		if seqX, ok := r.find("sequential", l); ok && l == 20*time.Millisecond && seqX.TP.Rate > 0 {
 			need := 100 * seqX.TP.Rate
@@ -78,8 +87,11 @@ func (r report) discussion(b *strings.Builder) {
 		}
 		p("\n")
 	}
+}
 
-	// Default mode at 0 ms: CPU.
+// cpuBound writes the paragraph on the default mode at 0 ms: bounded by CPU.
+func (r report) cpuBound(p func(format string, args ...any)) {
+	cpus := float64(r.env.CPUs)
 	if x, ok := r.find("default", 0); ok && x.TP.Rate > 0 {
 		c := x.CPU
 		perEvent := func(cores float64) float64 { return cores / x.TP.Rate * 1e6 } // µs
@@ -106,8 +118,10 @@ func (r report) discussion(b *strings.Builder) {
 		}
 		p("\n")
 	}
+}
 
-	// Latency.
+// latency writes the paragraph on the produce→commit latency.
+func (r report) latency(p func(format string, args ...any)) {
 	var def []string
 	for _, x := range r.results {
 		if x.Mode == "default" {
@@ -130,13 +144,16 @@ func (r report) discussion(b *strings.Builder) {
 		}
 		p(".\n")
 	}
+}
 
+// memoryAndNoise writes the paragraph on peak RSS, and the runs other processes disturbed.
+func (r report) memoryAndNoise(p func(format string, args ...any)) {
 	var peak int64
 	for _, x := range r.results {
 		peak = max(peak, x.PeakRSS)
 	}
-	p("- **Peak RSS** (%s at most) stays low because fetching is bounded: at most BILLING_PARTITION_WINDOW (1024) records per partition are held "+
-		"between fetch and commit, and at most BILLING_CONCURRENCY events run at once.\n", mb(peak))
+	p("- **Peak RSS** (%s at most) stays low because fetching is bounded: at most BILLING_PARTITION_WINDOW (%d) records per partition are held "+
+		"between fetch and commit, and at most BILLING_CONCURRENCY (%d) events run at once.\n", mb(peak), r.env.Defaults.PartitionWindow, r.env.Defaults.Concurrency)
 	var busy []string
 	for _, x := range r.results {
 		if x.CPU.Other > 0.2 {

@@ -27,6 +27,53 @@ type machine struct {
 	Fsync        string
 	SyncCommit   string
 	KafkaVersion string
+	Defaults     defaults // of the binary under test, from its help
+}
+
+// defaults are the binary's defaults of the settings the default mode
+// relies on, read from `billing-consumer help` so that the report never
+// states a figure copied by hand.
+type defaults struct {
+	Concurrency     int // BILLING_CONCURRENCY
+	BatchSize       int // BILLING_BATCH_SIZE
+	PartitionWindow int // BILLING_PARTITION_WINDOW
+}
+
+// readDefaults runs `bin help` and reads the defaults from its table of
+// variables (name, type, default, description).
+func readDefaults(ctx context.Context, bin string) (defaults, error) {
+	out, err := exec.CommandContext(ctx, bin, "help").Output()
+	if err != nil {
+		return defaults{}, fmt.Errorf("%s help: %w (run make build)", bin, err)
+	}
+	return parseDefaults(string(out))
+}
+
+// parseDefaults reads the defaults from the output of `billing-consumer
+// help`; a variable missing, or a default that is not an integer, is an
+// error naming it.
+func parseDefaults(help string) (defaults, error) {
+	var d defaults
+	want := map[string]*int{
+		"BILLING_CONCURRENCY": &d.Concurrency, "BILLING_BATCH_SIZE": &d.BatchSize,
+		"BILLING_PARTITION_WINDOW": &d.PartitionWindow,
+	}
+	for line := range strings.Lines(help) {
+		f := strings.Fields(line)
+		if len(f) < 3 || want[f[0]] == nil {
+			continue
+		}
+		n, err := strconv.Atoi(f[2])
+		if err != nil {
+			return defaults{}, fmt.Errorf("billing-consumer help: default of %s is %q, not an integer", f[0], f[2])
+		}
+		*want[f[0]] = n
+		delete(want, f[0])
+	}
+	for name := range want {
+		return defaults{}, fmt.Errorf("billing-consumer help does not list %s", name)
+	}
+	return d, nil
 }
 
 // describeEnv collects the machine, the Go toolchain and the versions and
@@ -47,6 +94,10 @@ func describeEnv(ctx context.Context, pool *pgxpool.Pool, o options) (machine, e
 		m.Consumer = strings.TrimSpace(string(out))
 	} else {
 		return m, fmt.Errorf("%s version: %w (run make build)", o.bin, err)
+	}
+	var err error
+	if m.Defaults, err = readDefaults(ctx, o.bin); err != nil {
+		return m, err
 	}
 	for _, q := range []struct {
 		sql string

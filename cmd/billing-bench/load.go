@@ -9,6 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/harness"
+	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
 )
 
 // workload returns n records of n distinct orders from first on: valid
@@ -62,44 +63,21 @@ func produceSteady(ctx context.Context, brokers []string, topic string, recs []k
 // readBack reads every record of topic up to the log-end offsets of the
 // moment, with partition, offset, timestamp and order id.
 func readBack(ctx context.Context, brokers []string, topic string) ([]record, error) {
-	lags, err := harness.Lag(ctx, brokers, topic, "billing-bench-reader-never-commits")
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	msgs, err := kafkatest.ReadTopic(rctx, brokers, topic, kafkatest.ReadOptions{MaxBytes: 4 << 20})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read back: %w", err)
 	}
-	var out []record
-	for _, l := range lags {
-		if l.End == 0 {
-			continue
+	out := make([]record, 0, len(msgs))
+	for _, m := range msgs {
+		var ev struct {
+			OrderID int64 `json:"order_id"`
 		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: l.Partition,
-			MaxWait: 100 * time.Millisecond, MaxBytes: 4 << 20})
-		if err := r.SetOffset(kafka.FirstOffset); err != nil {
-			r.Close()
-			return nil, err
+		if err := json.Unmarshal(m.Value, &ev); err != nil {
+			return nil, fmt.Errorf("read back %s/%d@%d: %w", topic, m.Partition, m.Offset, err)
 		}
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		for {
-			m, err := r.FetchMessage(rctx)
-			if err != nil {
-				cancel()
-				r.Close()
-				return nil, fmt.Errorf("read back %s/%d: %w", topic, l.Partition, err)
-			}
-			var ev struct {
-				OrderID int64 `json:"order_id"`
-			}
-			if err := json.Unmarshal(m.Value, &ev); err != nil {
-				cancel()
-				r.Close()
-				return nil, fmt.Errorf("read back %s/%d@%d: %w", topic, l.Partition, m.Offset, err)
-			}
-			out = append(out, record{partition: m.Partition, offset: m.Offset, time: m.Time, orderID: ev.OrderID})
-			if m.Offset+1 >= l.End {
-				break
-			}
-		}
-		cancel()
-		r.Close()
+		out = append(out, record{partition: m.Partition, offset: m.Offset, time: m.Time, orderID: ev.OrderID})
 	}
 	return out, nil
 }

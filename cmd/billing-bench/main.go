@@ -73,43 +73,20 @@ func backlog(m mode, latency time.Duration, scale float64) int {
 
 // options are the command-line settings.
 type options struct {
-	bin, out, chart, logPath, pgbench, kafkaScript string
-	brokers                                        []string
-	dbURL                                          string
-	timebox, steadyFor, poll                       time.Duration
-	steadyCap                                      float64
-	scale                                          float64
-	skipPgbench                                    bool
-	only                                           string
+	bin, out, chart, readme, logPath, pgbench, kafkaScript string
+	brokers                                                []string
+	dbURL                                                  string
+	timebox, steadyFor, poll                               time.Duration
+	steadyCap                                              float64
+	scale                                                  float64
+	skipPgbench                                            bool
+	only                                                   string
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("billing-bench", flag.ContinueOnError)
-	var o options
-	fs.StringVar(&o.bin, "consumer", "bin/billing-consumer", "path of the billing-consumer binary")
-	fs.StringVar(&o.out, "out", "", "write the Markdown report here (empty: none)")
-	fs.StringVar(&o.chart, "chart", "", "write the SVG chart here (empty: none)")
-	fs.StringVar(&o.logPath, "log", "bin/billing-bench.log", "where the consumers' JSON logs go")
-	fs.StringVar(&o.pgbench, "pgbench", "", "pgbench binary (empty: the newest /usr/lib/postgresql/*/bin/pgbench, else PATH)")
-	fs.StringVar(&o.kafkaScript, "kafka-script", "scripts/kafka.sh", "asked for the Kafka version")
-	fs.DurationVar(&o.timebox, "timebox", 10*time.Second, "how long a sequential run consumes its backlog")
-	fs.DurationVar(&o.steadyFor, "steady", 5*time.Second, "duration of the steady offered load")
-	fs.Float64Var(&o.steadyCap, "steady-cap", 1500, "cap of the steady offered load, events/s")
-	fs.DurationVar(&o.poll, "poll", 20*time.Millisecond, "interval of the committed-offset polling")
-	fs.Float64Var(&o.scale, "scale", 1, "multiplies every backlog size (e.g. 0.2 for a quick try)")
-	fs.BoolVar(&o.skipPgbench, "skip-pgbench", false, "do not run pgbench")
-	fs.StringVar(&o.only, "only", "", "run only these mode:latency pairs, comma-separated (e.g. default:20ms), for trying things out")
-	if err := fs.Parse(args); err != nil {
+	o, err := parseOptions(args)
+	if err != nil {
 		return err
-	}
-	o.dbURL = os.Getenv("BILLING_DATABASE_URL")
-	if o.dbURL == "" {
-		return errors.New("BILLING_DATABASE_URL: required (make bench starts a local Postgres and sets it)")
-	}
-	if b := strings.TrimSpace(os.Getenv("BENCH_BROKERS")); b != "" {
-		o.brokers = strings.Split(b, ",")
-	} else {
-		return errors.New("BENCH_BROKERS: required, the real Kafka broker (make bench runs scripts/kafka.sh start)")
 	}
 	if err := os.MkdirAll(filepath.Dir(o.logPath), 0o755); err != nil {
 		return err
@@ -172,20 +149,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	rep := report{env: env, opts: o, results: results, pgbench: pgb, took: time.Since(began)}
 	rep.printTable(stdout)
-	if o.chart != "" {
-		if err := os.WriteFile(o.chart, []byte(chartSVG(results)), 0o644); err != nil {
-			return err
-		}
-	}
-	if o.out != "" {
-		if err := os.WriteFile(o.out, []byte(rep.markdown(o.chart)), 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "wrote %s", o.out)
-		if o.chart != "" {
-			fmt.Fprintf(stdout, " and %s", o.chart)
-		}
-		fmt.Fprintln(stdout)
+	if err := rep.write(stdout); err != nil {
+		return err
 	}
 	if len(failures) > 0 {
 		return fmt.Errorf("exactly-once charging violated: %s", strings.Join(failures, "; "))
@@ -219,4 +184,64 @@ func redact(u string) string {
 	}
 	user, _, _ := strings.Cut(u[scheme+3:at], ":")
 	return u[:scheme+3] + user + ":***" + u[at:]
+}
+
+// parseOptions reads the flags and the environment of a run.
+func parseOptions(args []string) (options, error) {
+	fs := flag.NewFlagSet("billing-bench", flag.ContinueOnError)
+	var o options
+	fs.StringVar(&o.bin, "consumer", "bin/billing-consumer", "path of the billing-consumer binary")
+	fs.StringVar(&o.out, "out", "", "write the Markdown report here (empty: none)")
+	fs.StringVar(&o.chart, "chart", "", "write the SVG chart here (empty: none)")
+	fs.StringVar(&o.readme, "readme", "", "rewrite the performance summary between the billing-bench markers of this file (empty: none)")
+	fs.StringVar(&o.logPath, "log", "bin/billing-bench.log", "where the consumers' JSON logs go")
+	fs.StringVar(&o.pgbench, "pgbench", "", "pgbench binary (empty: the newest /usr/lib/postgresql/*/bin/pgbench, else PATH)")
+	fs.StringVar(&o.kafkaScript, "kafka-script", "scripts/kafka.sh", "asked for the Kafka version")
+	fs.DurationVar(&o.timebox, "timebox", 10*time.Second, "how long a sequential run consumes its backlog")
+	fs.DurationVar(&o.steadyFor, "steady", 5*time.Second, "duration of the steady offered load")
+	fs.Float64Var(&o.steadyCap, "steady-cap", 1500, "cap of the steady offered load, events/s")
+	fs.DurationVar(&o.poll, "poll", 20*time.Millisecond, "interval of the committed-offset polling")
+	fs.Float64Var(&o.scale, "scale", 1, "multiplies every backlog size (e.g. 0.2 for a quick try)")
+	fs.BoolVar(&o.skipPgbench, "skip-pgbench", false, "do not run pgbench")
+	fs.StringVar(&o.only, "only", "", "run only these mode:latency pairs, comma-separated (e.g. default:20ms), for trying things out")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	o.dbURL = os.Getenv("BILLING_DATABASE_URL")
+	if o.dbURL == "" {
+		return o, errors.New("BILLING_DATABASE_URL: required (make bench starts a local Postgres and sets it)")
+	}
+	if b := strings.TrimSpace(os.Getenv("BENCH_BROKERS")); b != "" {
+		o.brokers = strings.Split(b, ",")
+	} else {
+		return o, errors.New("BENCH_BROKERS: required, the real Kafka broker (make bench runs scripts/kafka.sh start)")
+	}
+	return o, nil
+}
+
+// write writes the chart, the report and the README summary the options
+// ask for.
+func (r report) write(stdout io.Writer) error {
+	if r.opts.chart != "" {
+		if err := os.WriteFile(r.opts.chart, []byte(chartSVG(r.results)), 0o644); err != nil {
+			return err
+		}
+	}
+	if r.opts.out != "" {
+		if err := os.WriteFile(r.opts.out, []byte(r.markdown(r.opts.chart)), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s", r.opts.out)
+		if r.opts.chart != "" {
+			fmt.Fprintf(stdout, " and %s", r.opts.chart)
+		}
+		fmt.Fprintln(stdout)
+	}
+	if r.opts.readme != "" {
+		if err := writeReadme(r.opts.readme, r.readmeSummary()); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "rewrote the summary in %s\n", r.opts.readme)
+	}
+	return nil
 }

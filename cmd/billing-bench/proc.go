@@ -2,28 +2,22 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/billing-consumer/billing-consumer/internal/harness"
 )
 
-// consumerProc is a running `billing-consumer run`. It is started with
-// os/exec here rather than through harness.Start because the benchmark
-// needs the pid, to read the process's peak RSS and CPU time from /proc.
+// consumerProc is a running `billing-consumer run` and its HTTP address.
 type consumerProc struct {
-	cmd      *exec.Cmd
+	*harness.Process
 	httpAddr string
-	done     chan struct{}
-	err      error
 }
 
 // startConsumer runs bin with exactly env (plus PATH and a free
@@ -35,67 +29,28 @@ func startConsumer(bin string, env []string, log io.Writer) (*consumerProc, erro
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(bin, "run")
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "BILLING_HTTP_ADDR=" + addr}, env...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+	p, err := harness.Start(bin, []string{"run"}, append([]string{"BILLING_HTTP_ADDR=" + addr}, env...), log)
+	if err != nil {
+		return nil, err
 	}
-	p := &consumerProc{cmd: cmd, httpAddr: addr, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
+	return &consumerProc{Process: p, httpAddr: addr}, nil
 }
-
-// pid is the process id of the consumer.
-func (p *consumerProc) pid() int { return p.cmd.Process.Pid }
 
 // exited returns a non-nil error once the process has ended.
 func (p *consumerProc) exited() error {
-	select {
-	case <-p.done:
-		return fmt.Errorf("billing-consumer exited early: %v", p.err)
-	default:
-		return nil
+	if exited, err := p.Exited(); exited {
+		return fmt.Errorf("billing-consumer exited early: %v", err)
 	}
+	return nil
 }
 
-// waitReady polls /readyz until the consumer is a group member with a
-// working database, the process exits, or ctx ends.
+// waitReady polls /readyz until the consumer is ready, the process exits,
+// or ctx ends.
 func (p *consumerProc) waitReady(ctx context.Context) error {
-	client := &http.Client{Timeout: time.Second}
-	for {
-		if resp, err := client.Get("http://" + p.httpAddr + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if err := p.exited(); err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("billing-consumer not ready: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := p.WaitReady(ctx, p.httpAddr); err != nil {
+		return fmt.Errorf("billing-consumer %w", err)
 	}
-}
-
-// stop sends SIGTERM and waits up to timeout for a clean exit (the
-// consumer drains and commits), then kills it.
-func (p *consumerProc) stop(timeout time.Duration) error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.err
-	case <-time.After(timeout):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return errors.New("did not stop within the shutdown timeout; killed")
-	}
+	return nil
 }
 
 // peakRSS returns VmHWM, the peak resident set size of process pid, in

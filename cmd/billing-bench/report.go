@@ -9,13 +9,6 @@ import (
 	"time"
 )
 
-// defaultConcurrency is BILLING_CONCURRENCY's default, for the Little's
-// law bound of the default mode.
-const defaultConcurrency = 256
-
-// defaultBatch is the binary's default BILLING_BATCH_SIZE.
-const defaultBatch = 32
-
 // report is everything the Markdown report and the table show.
 type report struct {
 	env     machine
@@ -71,8 +64,8 @@ func (r report) printTable(w io.Writer) {
 }
 
 func (r report) speedup() (float64, bool) {
-	seq, ok1 := r.find("sequential", 20*time.Millisecond)
-	def, ok2 := r.find("default", 20*time.Millisecond)
+	seq, ok1 := r.find("sequential", speedupLatency)
+	def, ok2 := r.find("default", speedupLatency)
 	if !ok1 || !ok2 || seq.TP.Rate == 0 {
 		return 0, false
 	}
@@ -214,6 +207,6 @@ func (r report) method(b *strings.Builder) {
 - **peak RSS**: VmHWM of the consumer process from /proc just before it is stopped (SIGTERM), the larger of the two processes of a run.
 - **Correctness**: after each clean stop, the orders of exactly the committed records must have been charged, each once, at the simulator
   (no order charged twice) and have a ledger row with the provider's charge id; the bench fails otherwise.
-`, defaultConcurrency, defaultBatch, partitions, o.poll, o.timebox, o.steadyCap, o.steadyFor, o.poll)
+`, r.env.Defaults.Concurrency, r.env.Defaults.BatchSize, partitions, o.poll, o.timebox, o.steadyCap, o.steadyFor, o.poll)
 	fmt.Fprintln(b)
 }

@@ -146,8 +146,8 @@ func (b *bench) backlogPhase(ctx context.Context, m mode, latency time.Duration,
 	if err != nil {
 		return err
 	}
-	defer proc.stop(5 * time.Second)
-	cpu0 := takeCPU(proc.pid(), b.svc)
+	defer proc.Stop(5 * time.Second)
+	cpu0 := takeCPU(proc.Pid(), b.svc)
 
 	// The default mode drains the backlog; the sequential one is stopped
 	// a time box after its first commit.
@@ -185,8 +185,8 @@ func (b *bench) backlogPhase(ctx context.Context, m mode, latency time.Duration,
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	cpu1 := takeCPU(proc.pid(), b.svc)
-	rss, err := peakRSS(proc.pid())
+	cpu1 := takeCPU(proc.Pid(), b.svc)
+	rss, err := peakRSS(proc.Pid())
 	if err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func (b *bench) backlogPhase(ctx context.Context, m mode, latency time.Duration,
 	if r.Stats.Retries > 0 {
 		r.notes = append(r.notes, fmt.Sprintf("the consumer retried %.0f times (billing_retries_total)", r.Stats.Retries))
 	}
-	if err := proc.stop(45 * time.Second); err != nil {
+	if err := proc.Stop(45 * time.Second); err != nil {
 		return fmt.Errorf("billing-consumer did not stop cleanly: %w", err)
 	}
 	r.TP = measureThroughput(poll.finish(), until)
@@ -225,7 +225,7 @@ func (b *bench) steadyPhase(ctx context.Context, m mode, latency time.Duration, 
 	if err != nil {
 		return err
 	}
-	defer proc.stop(5 * time.Second)
+	defer proc.Stop(5 * time.Second)
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	err = proc.waitReady(rctx)
 	cancel()
@@ -253,11 +253,11 @@ func (b *bench) steadyPhase(ctx context.Context, m mode, latency time.Duration, 
 		}
 	}
 	samples := poll.finish()
-	rss, err := peakRSS(proc.pid())
+	rss, err := peakRSS(proc.Pid())
 	if err != nil {
 		return err
 	}
-	if err := proc.stop(45 * time.Second); err != nil {
+	if err := proc.Stop(45 * time.Second); err != nil {
 		return fmt.Errorf("billing-consumer did not stop cleanly: %w", err)
 	}
 	r.PeakRSS = max(r.PeakRSS, rss)

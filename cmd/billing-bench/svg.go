@@ -22,26 +22,7 @@ func chartSVG(results []result) string {
 	)
 	colors := map[string]string{"sequential": "#9aa5b1", "default": "#2b6cb0"}
 
-	hi := 1.0
-	lo := math.Inf(1)
-	for _, r := range results {
-		hi = max(hi, r.TP.Rate, targetRate[r.Latency])
-		if r.TP.Rate > 0 {
-			lo = min(lo, r.TP.Rate)
-		}
-	}
-	minDec := math.Floor(math.Log10(max(1, min(lo, hi))))
-	maxDec := math.Ceil(math.Log10(hi))
-	if maxDec <= minDec {
-		maxDec = minDec + 1
-	}
-	y := func(v float64) float64 {
-		if v <= 0 {
-			return top + plotH
-		}
-		f := (math.Log10(v) - minDec) / (maxDec - minDec)
-		return top + plotH - math.Max(0, math.Min(1, f))*plotH
-	}
+	y, minDec, maxDec := logScale(results, top, plotH)
 
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
@@ -106,6 +87,33 @@ func chartSVG(results []result) string {
 	p(`<text x="%d" y="%d" dominant-baseline="middle">target (default)</text>`+"\n", lx+20, top+2*22+7)
 	p("</svg>\n")
 	return b.String()
+}
+
+// logScale returns the y coordinate of a value on a logarithmic axis of
+// whole decades from top to top+plotH that holds every rate of results
+// and every target, and the axis' first and last decades (exponents).
+func logScale(results []result, top, plotH float64) (y func(float64) float64, minDec, maxDec float64) {
+	hi := 1.0
+	lo := math.Inf(1)
+	for _, r := range results {
+		hi = max(hi, r.TP.Rate, targetRate[r.Latency])
+		if r.TP.Rate > 0 {
+			lo = min(lo, r.TP.Rate)
+		}
+	}
+	minDec = math.Floor(math.Log10(max(1, min(lo, hi))))
+	maxDec = math.Ceil(math.Log10(hi))
+	if maxDec <= minDec {
+		maxDec = minDec + 1
+	}
+	y = func(v float64) float64 {
+		if v <= 0 {
+			return top + plotH
+		}
+		f := (math.Log10(v) - minDec) / (maxDec - minDec)
+		return top + plotH - math.Max(0, math.Min(1, f))*plotH
+	}
+	return y, minDec, maxDec
 }
 
 // thousands formats v as an integer with comma separators.

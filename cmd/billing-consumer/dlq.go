@@ -13,6 +13,7 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/kafkaconn"
+	"github.com/billing-consumer/billing-consumer/internal/replay"
 )
 
 // dlqCommand is `billing-consumer dlq <subcommand>`: replay, list or
@@ -47,7 +48,7 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	r, err := dlq.NewReplayer(dlq.ReplayConfig{
+	r, err := replay.New(replay.Config{
 		Brokers:     cfg.KafkaBrokers,
 		DLQTopic:    cfg.KafkaDLQTopic,
 		SourceTopic: cfg.KafkaTopic,
@@ -71,8 +72,8 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // replayFlags parses the flags of dlq replay. -h prints them on stdout and
 // returns flag.ErrHelp. Errors are one line and wrap errUsage.
-func replayFlags(args []string, stdout io.Writer) (dlq.ReplayOptions, error) {
-	var opts dlq.ReplayOptions
+func replayFlags(args []string, stdout io.Writer) (replay.Options, error) {
+	var opts replay.Options
 	fs := flag.NewFlagSet("dlq replay", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.IntVar(&opts.Max, "max", 0, "republish at most `N` records in this run (default: no limit)")
@@ -109,7 +110,7 @@ func replayFlags(args []string, stdout io.Writer) (dlq.ReplayOptions, error) {
 }
 
 // printReplaySummary writes one line per reason and the totals.
-func printReplaySummary(w io.Writer, cfg config, opts dlq.ReplayOptions, sum dlq.Summary) {
+func printReplaySummary(w io.Writer, cfg config, opts replay.Options, sum replay.Summary) {
 	fmt.Fprintf(w, "dlq replay of %s to %s (group %s)", cfg.KafkaDLQTopic, cfg.KafkaTopic, cfg.dlqReplayGroup())
 	if opts.DryRun {
 		fmt.Fprint(w, ", dry run: nothing was republished or committed; REPLAYED counts what would be")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/logtest"
 )
 
 // The command line of dlq replay is checked before the configuration: a
@@ -141,7 +142,7 @@ func TestDLQReplayCommand(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
 		var out bytes.Buffer
-		var errOut syncBuffer
+		var errOut logtest.Buffer
 		err = run(ctx, append([]string{"dlq", "replay"}, args...), &out, &errOut)
 		return parseSummary(t, out.String()), out.String(), logLines(t, errOut.String()), err
 	}

@@ -2,14 +2,14 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/billing-consumer/billing-consumer/internal/logtest"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -87,24 +87,6 @@ func writeFile(t *testing.T, name, content string) string {
 	return p
 }
 
-// syncBuffer is a bytes.Buffer the logger may write while the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // logLines parses JSON log output, one object per line, failing the test
 // on a line that is not JSON.
 func logLines(t *testing.T, out string) []map[string]any {
@@ -140,7 +122,7 @@ func logsWithMsg(lines []map[string]any, msg string) []map[string]any {
 // with the environment the test has set.
 type inProcess struct {
 	ctx            context.Context // ends when the service is stopped
-	stdout, stderr *syncBuffer
+	stdout, stderr *logtest.Buffer
 	cancel         context.CancelFunc
 	done           chan error
 	err            error
@@ -151,7 +133,7 @@ type inProcess struct {
 func startRun(t *testing.T) *inProcess {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &inProcess{ctx: ctx, stdout: &syncBuffer{}, stderr: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	p := &inProcess{ctx: ctx, stdout: &logtest.Buffer{}, stderr: &logtest.Buffer{}, cancel: cancel, done: make(chan error, 1)}
 	go func() { p.done <- run(ctx, []string{"run"}, p.stdout, p.stderr) }()
 	t.Cleanup(func() {
 		cancel()
@@ -172,7 +154,7 @@ func (p *inProcess) wait() error {
 func (p *inProcess) httpAddr(t *testing.T) string {
 	t.Helper()
 	var addr string
-	poll(t, 30*time.Second, "the started log line", func() bool {
+	poll.Until(t, 30*time.Second, "the started log line", func() bool {
 		select {
 		case err := <-p.done:
 			p.err, p.ended = err, true

@@ -35,6 +35,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/kafkaconn"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 )
 
 // saslPassword is the SASL password of these tests; it must never show.
@@ -413,7 +414,7 @@ func TestRunOverTLSAndSASL(t *testing.T) {
 
 	addr := svc.httpAddr(t)
 	pool := pgtest.Open(t, dbURL)
-	poll(t, 60*time.Second, "the charge row", func() bool {
+	poll.Until(t, 60*time.Second, "the charge row", func() bool {
 		var n int
 		_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM charge WHERE event_id = $1", id).Scan(&n)
 		return n == 1
@@ -422,7 +423,7 @@ func TestRunOverTLSAndSASL(t *testing.T) {
 	// the group: both through TLS and SASL.
 	group := cmp.Or(os.Getenv("BILLING_KAFKA_GROUP_ID"), "billing-order-confirmed")
 	lag := fmt.Sprintf(`billing_kafka_consumer_lag{group=%q,partition="0",topic=%q} 0`, group, topic)
-	poll(t, 60*time.Second, lag, func() bool {
+	poll.Until(t, 60*time.Second, lag, func() bool {
 		_, body := httpGet("http://" + addr + "/metrics")
 		return strings.Contains(body, lag+"\n") && strings.Contains(body, `billing_dlq_total{reason="invalid"} 1`+"\n")
 	})

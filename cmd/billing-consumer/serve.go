@@ -64,7 +64,7 @@ func (s *service) loops() []loop {
 				s.m.Lag(cfg.KafkaTopic, cfg.KafkaGroupID, 3*cfg.KafkaLagInterval, time.Now))
 		}},
 		{"ledger completer", func(ctx context.Context) {
-			completer(cfg, s.pool, s.payer, s.logger).Run(ctx, cfg.CompleterInterval, func(u billing.Unsettled) {
+			completer(cfg, s.pool, s.payer.ForBilling(), s.logger).Run(ctx, cfg.CompleterInterval, func(u billing.Unsettled) {
 				s.m.LedgerClaims.WithLabelValues("pending").Set(float64(u.Pending))
 				s.m.LedgerClaims.WithLabelValues("blocked").Set(float64(u.Blocked))
 				s.m.LedgerOldestPending.Set(u.OldestPending.Seconds())

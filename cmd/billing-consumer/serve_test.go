@@ -17,6 +17,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
 	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 )
 
 // provider is a payment provider that charges every request and records
@@ -46,18 +47,6 @@ func (p *provider) requests() ([]string, []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.keys...), append([]string(nil), p.auths...)
-}
-
-// poll calls cond until it holds, failing the test after d.
-func poll(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func httpGet(url string) (int, string) {
@@ -113,7 +102,7 @@ func TestRunEndToEnd(t *testing.T) {
 	if code, body := httpGet(base + "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d %q", code, body)
 	}
-	poll(t, 60*time.Second, "/readyz", func() bool {
+	poll.Until(t, 60*time.Second, "/readyz", func() bool {
 		code, _ := httpGet(base + "/readyz")
 		return code == http.StatusOK
 	})
@@ -138,7 +127,7 @@ func TestRunEndToEnd(t *testing.T) {
 	}
 
 	pool := pgtest.Open(t, dbURL)
-	poll(t, 60*time.Second, "the charge row", func() bool {
+	poll.Until(t, 60*time.Second, "the charge row", func() bool {
 		var n int
 		_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM charge WHERE order_id = 1001 AND event_id = $1", id).Scan(&n)
 		return n == 1
@@ -148,7 +137,7 @@ func TestRunEndToEnd(t *testing.T) {
 		return strings.Contains(body, line+"\n")
 	}
 	want := fmt.Sprintf(`billing_kafka_committed_offset{group=%q,partition="0",topic=%q} 3`, group, topic)
-	poll(t, 60*time.Second, want, func() bool { return metric(want) })
+	poll.Until(t, 60*time.Second, want, func() bool { return metric(want) })
 	for _, line := range []string{
 		`billing_events_total{result="charged"} 1`,
 		`billing_events_total{result="duplicate"} 1`,

@@ -109,7 +109,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 	s.onClose(func() { _ = dlqWriter.Close() })
 
 	s.payer = payer
-	svc, err := billing.New(billing.Config{DB: s.pool, Charger: payer, Group: cfg.KafkaGroupID,
+	svc, err := billing.New(billing.Config{DB: s.pool, Charger: payer.ForBilling(), Group: cfg.KafkaGroupID,
 		Now: time.Now, Logger: s.logger, DBTimeout: cfg.DBTimeout, ClaimBlockAfter: cfg.ClaimBlockAfter})
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
 	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 )
 
 // A bad start is a wait, not a crash: with the database unreachable, run
@@ -44,11 +45,11 @@ func TestStartupWaitsUnready(t *testing.T) {
 			return code == http.StatusServiceUnavailable && strings.Contains(body, want)
 		}
 	}
-	poll(t, 10*time.Second, "/healthz 200 while the database is unreachable", func() bool {
+	poll.Until(t, 10*time.Second, "/healthz 200 while the database is unreachable", func() bool {
 		code, _ := httpGet(base + "/healthz")
 		return code == http.StatusOK
 	})
-	poll(t, 20*time.Second, "/readyz to say it waits for the database", readyz("waiting for the database"))
+	poll.Until(t, 20*time.Second, "/readyz to say it waits for the database", readyz("waiting for the database"))
 	select {
 	case err := <-p.done:
 		p.err, p.ended = err, true
@@ -63,7 +64,7 @@ func TestStartupWaitsUnready(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	setEnv(t, env, map[string]string{"BILLING_DATABASE_URL": url})
 	p = startRun(t)
-	poll(t, 20*time.Second, "/readyz to say the schema is behind", readyz("run billing-consumer migrate"))
+	poll.Until(t, 20*time.Second, "/readyz to say the schema is behind", readyz("run billing-consumer migrate"))
 	schema := 0
 	for _, l := range logsWithMsg(logLines(t, p.stderr.String()), "not ready") {
 		if l["step"] == "the schema" {
@@ -76,7 +77,7 @@ func TestStartupWaitsUnready(t *testing.T) {
 	if _, err := runCmd(t, "migrate"); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 60*time.Second, "/readyz 200 after migrate", func() bool {
+	poll.Until(t, 60*time.Second, "/readyz 200 after migrate", func() bool {
 		code, _ := httpGet(base + "/readyz")
 		return code == http.StatusOK
 	})
@@ -102,7 +103,7 @@ func TestPprofOptIn(t *testing.T) {
 	}
 	setEnv(t, validEnv, env)
 	p := startRun(t)
-	poll(t, 10*time.Second, "/healthz", func() bool { code, _ := httpGet("http://" + addr + "/healthz"); return code == http.StatusOK })
+	poll.Until(t, 10*time.Second, "/healthz", func() bool { code, _ := httpGet("http://" + addr + "/healthz"); return code == http.StatusOK })
 	if code, _ := httpGet("http://" + addr + "/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("pprof on the metrics port by default: %d, want 404", code)
 	}
@@ -110,7 +111,7 @@ func TestPprofOptIn(t *testing.T) {
 
 	setEnv(t, validEnv, env, map[string]string{"BILLING_PPROF_ADDR": pprofAddr})
 	p = startRun(t)
-	poll(t, 10*time.Second, "pprof on BILLING_PPROF_ADDR", func() bool {
+	poll.Until(t, 10*time.Second, "pprof on BILLING_PPROF_ADDR", func() bool {
 		code, body := httpGet("http://" + pprofAddr + "/debug/pprof/")
 		return code == http.StatusOK && strings.Contains(body, "goroutine")
 	})

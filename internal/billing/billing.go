@@ -42,19 +42,37 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/money"
-	"github.com/billing-consumer/billing-consumer/internal/payment"
 )
 
-// Charger takes one charge at the payment provider. *payment.Client is
-// the production implementation. It must send the same body for the same
-// request every time, and its errors carry a fault.Kind: Permanent for a
-// refusal of the charge, Conflict for a 422, Systemic when the request was
-// not accepted for reasons that are not the charge's, Transient when the
-// outcome is unknown. An error that proves the money was not taken says so
-// with a method NotTaken() bool returning true: only then may the attempt
-// that created the claim release it.
+// Charger takes one charge at the payment provider: billing's port, which
+// an adapter implements (payment.Client.ForBilling in production). It must
+// send the same body for the same request every time, and its errors carry
+// a fault.Kind: Permanent for a refusal of the charge, Conflict for a 422,
+// Systemic when the request was not accepted for reasons that are not the
+// charge's, Transient when the outcome is unknown. An error that proves the
+// money was not taken says so with a method NotTaken() bool returning true
+// (as *payment.Error does): only then may the attempt that created the
+// claim release it.
 type Charger interface {
-	Charge(ctx context.Context, ch payment.Charge) (payment.Result, error)
+	Charge(ctx context.Context, req ChargeRequest) (ChargeResult, error)
+}
+
+// ChargeRequest is one charge as billing asks for it. Every attempt for
+// the same event carries the same request: the provider recognises a
+// repeated attempt by its IdempotencyKey (the event_id) and refuses
+// another body under the same key.
+type ChargeRequest struct {
+	IdempotencyKey string
+	OrderID        int64
+	CustomerID     int64
+	Amount         money.Amount
+}
+
+// ChargeResult is the provider's acceptance of a charge.
+type ChargeResult struct {
+	// ChargeID is the provider's charge id, or "" when its answer carried
+	// none: the money was taken either way.
+	ChargeID string
 }
 
 // DB is what billing needs of Postgres; *pgxpool.Pool is one. Each call
@@ -181,12 +199,12 @@ func attemptOf(ctx context.Context) uuid.UUID {
 
 // chargeOf is the charge request of ev: key and body derive from the event
 // alone, never from the attempt.
-func chargeOf(ev events.OrderConfirmed) payment.Charge {
+func chargeOf(ev events.OrderConfirmed) ChargeRequest {
 	return chargeRequest(ev.EventID.String(), ev.OrderID, ev.CustomerID, ev.TotalAmount)
 }
 
-func chargeRequest(key string, order, customer int64, amount money.Amount) payment.Charge {
-	return payment.Charge{IdempotencyKey: key, OrderID: order, CustomerID: customer, Amount: amount}
+func chargeRequest(key string, order, customer int64, amount money.Amount) ChargeRequest {
+	return ChargeRequest{IdempotencyKey: key, OrderID: order, CustomerID: customer, Amount: amount}
 }
 
 // live bounds a statement that may be cancelled with ctx.

@@ -32,6 +32,7 @@ type env struct {
 	pool     *pgxpool.Pool
 	sim      *paysim.Sim
 	client   *payment.Client // to the simulator
+	charger  billing.Charger // client.ForBilling()
 	svc      *billing.Service
 	declined map[int64]bool // orders the simulator declines, for Faults.Decline
 }
@@ -55,7 +56,8 @@ func newEnv(t *testing.T, token string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{pool: pool, sim: sim, client: client, svc: newService(t, pool, client), declined: map[int64]bool{}}
+	charger := client.ForBilling()
+	return &env{pool: pool, sim: sim, client: client, charger: charger, svc: newService(t, pool, charger), declined: map[int64]bool{}}
 }
 
 func newService(t *testing.T, db billing.DB, c billing.Charger) *billing.Service {
@@ -86,9 +88,9 @@ func settle(ctx context.Context, t *testing.T, svc interface {
 
 // chargerFunc is a Charger of one function, for tests that wrap or
 // replace the real client.
-type chargerFunc func(context.Context, payment.Charge) (payment.Result, error)
+type chargerFunc func(context.Context, billing.ChargeRequest) (billing.ChargeResult, error)
 
-func (f chargerFunc) Charge(ctx context.Context, ch payment.Charge) (payment.Result, error) {
+func (f chargerFunc) Charge(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
 	return f(ctx, ch)
 }
 
@@ -379,9 +381,9 @@ func TestDatabaseDownIsSystemic(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dead.Close()
-	svc := newService(t, dead, chargerFunc(func(context.Context, payment.Charge) (payment.Result, error) {
+	svc := newService(t, dead, chargerFunc(func(context.Context, billing.ChargeRequest) (billing.ChargeResult, error) {
 		t.Error("charged without a database")
-		return payment.Result{}, nil
+		return billing.ChargeResult{}, nil
 	}))
 	_, err = svc.Process(context.Background(), event(1011, 100))
 	if !fault.Is(err, fault.Systemic) {

@@ -39,11 +39,11 @@ func TestCompleterSettlesWhatTheProviderTook(t *testing.T) {
 	ev := event(9001, 1234)
 	e.pendingClaim(t, ev, paysim.Faults{ResetRate: 1})
 
-	rep, err := e.completer(e.client, 30*time.Second).RunOnce(context.Background(), billing.PassOptions{})
+	rep, err := e.completer(e.charger, 30*time.Second).RunOnce(context.Background(), billing.PassOptions{})
 	if err != nil || len(rep.Settled) != 0 || rep.Unsettled.Pending != 1 || rep.Unsettled.OldestPending != 30*time.Second {
 		t.Fatalf("pass at 30s: %+v, %v; want nothing settled, 1 pending for 30s", rep, err)
 	}
-	rep, err = e.completer(e.client, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{})
+	rep, err = e.completer(e.charger, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{})
 	if err != nil || len(rep.Settled) != 1 || rep.Settled[0].Result != "charged" || rep.Unsettled != (billing.Unsettled{}) {
 		t.Fatalf("pass at 2m: %+v, %v; want one charged, nothing left", rep, err)
 	}
@@ -76,11 +76,11 @@ func TestCompleterBlocksWhatItCannotSettle(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.sim.SetFaults(paysim.Faults{Decline: func(o int64) bool { return o == 9102 }})
-	failing := chargerFunc(func(ctx context.Context, ch payment.Charge) (payment.Result, error) {
+	failing := chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
 		if ch.OrderID == 9103 || ch.OrderID == 9104 {
-			return payment.Result{}, fault.Errorf(fault.Transient, "timeout")
+			return billing.ChargeResult{}, fault.Errorf(fault.Transient, "timeout")
 		}
-		return e.client.Charge(ctx, ch)
+		return e.charger.Charge(ctx, ch)
 	})
 	rep, err := e.completer(failing, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{})
 	if err != nil {
@@ -115,9 +115,9 @@ func TestCompleterDryRunAndLock(t *testing.T) {
 	ev := event(9201, 500)
 	e.pendingClaim(t, ev, paysim.Faults{ResetRate: 1})
 	requests := 0
-	counting := chargerFunc(func(ctx context.Context, ch payment.Charge) (payment.Result, error) {
+	counting := chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
 		requests++
-		return e.client.Charge(ctx, ch)
+		return e.charger.Charge(ctx, ch)
 	})
 	rep, err := e.completer(counting, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{DryRun: true})
 	if err != nil || len(rep.Settled) != 1 || rep.Settled[0].Result != "would re-send" || requests != 0 || e.status(t, 9201) != "pending" {

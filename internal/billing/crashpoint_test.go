@@ -25,7 +25,7 @@ var protocol = []string{"claim", "begin", "dedup insert", "charge", "record", "c
 func TestProtocolSteps(t *testing.T) {
 	e := newEnv(t, "secret-token")
 	in := newInjector()
-	svc := newService(t, faultDB{e.pool, in}, faultCharger{e.client, in})
+	svc := newService(t, faultDB{e.pool, in}, faultCharger{e.charger, in})
 	if res, err := svc.Process(context.Background(), event(7000, 100)); err != nil || res.Outcome != billing.Charged {
 		t.Fatalf("clean run: %+v, %v", res, err)
 	}
@@ -70,7 +70,7 @@ func crashAt(t *testing.T, e *env, order int64, k int, after bool, mode faultMod
 	if k == len(protocol) {
 		in.failAt = -1 // the offset: Process finishes, the commit is lost
 	}
-	svc := newService(t, faultDB{e.pool, in}, faultCharger{e.client, in})
+	svc := newService(t, faultDB{e.pool, in}, faultCharger{e.charger, in})
 	ctx := billing.WithAttempt(context.Background()) // the delivery and its retries
 	res, err := svc.Process(ctx, ev)
 	t.Logf("faulty run: %+v, %v (ops %q)", res, err, in.trace())
@@ -83,7 +83,7 @@ func crashAt(t *testing.T, e *env, order int64, k int, after bool, mode faultMod
 	// Another replica gets a distinct event for the order now. It may
 	// charge only if the first event's claim never committed.
 	ctx = context.Background() // another process: other attempts
-	fresh := newService(t, e.pool, e.client)
+	fresh := newService(t, e.pool, e.charger)
 	other := event(order, 4321)
 	ores, oerr := fresh.Process(ctx, other)
 	t.Logf("other event meanwhile: %+v, %v", ores, oerr)
@@ -139,7 +139,7 @@ func startGated(e *env, t *testing.T, ev events.OrderConfirmed, k int) *gated {
 			<-g.release
 		}
 	}
-	svc := newService(t, faultDB{e.pool, in}, faultCharger{e.client, in})
+	svc := newService(t, faultDB{e.pool, in}, faultCharger{e.charger, in})
 	go func() {
 		defer close(g.done)
 		g.res, g.err = svc.Process(context.Background(), ev)
@@ -173,7 +173,7 @@ func interleave(t *testing.T, e *env, order int64, i, j int) {
 	<-b.done
 	// Whatever was Busy waits and tries again, as the pipeline does.
 	ctx := context.Background()
-	svc := newService(t, e.pool, e.client)
+	svc := newService(t, e.pool, e.charger)
 	outcomes := map[billing.Outcome]int{}
 	for _, g := range []struct {
 		ev  events.OrderConfirmed
@@ -202,7 +202,7 @@ func interleave(t *testing.T, e *env, order int64, i, j int) {
 // completePass runs one completer pass as if later by age.
 func (e *env) completePass(t *testing.T, age time.Duration) billing.PassReport {
 	t.Helper()
-	c := &billing.Completer{Pool: e.pool, Charger: e.client, After: time.Minute, BlockAfter: time.Hour,
+	c := &billing.Completer{Pool: e.pool, Charger: e.charger, After: time.Minute, BlockAfter: time.Hour,
 		Now: func() time.Time { return now.Add(age) }, Logger: discard()}
 	rep, err := c.RunOnce(context.Background(), billing.PassOptions{})
 	if err != nil {

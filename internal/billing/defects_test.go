@@ -12,7 +12,6 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
-	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/paysim"
 	"github.com/billing-consumer/billing-consumer/internal/pgtest"
 )
@@ -24,8 +23,8 @@ func TestChargeTakenIsRecordedWhenTheContextEnds(t *testing.T) {
 	e := newEnv(t, "secret-token")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	svc := newService(t, e.pool, chargerFunc(func(ctx context.Context, ch payment.Charge) (payment.Result, error) {
-		r, err := e.client.Charge(ctx, ch)
+	svc := newService(t, e.pool, chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
+		r, err := e.charger.Charge(ctx, ch)
 		cancel() // SIGTERM arrives just as the provider's answer does
 		return r, err
 	}))
@@ -85,7 +84,7 @@ func TestClaimReleasedMeanwhileIsClaimedAgain(t *testing.T) {
 			}
 		}
 	}
-	svc := newService(t, faultDB{e.pool, in}, e.client)
+	svc := newService(t, faultDB{e.pool, in}, e.charger)
 	res, err := svc.Process(context.Background(), second)
 	if err != nil || res.Outcome != billing.Charged {
 		t.Fatalf("second after the release: %+v, %v; want charged (ops %q)", res, err, in.trace())
@@ -108,8 +107,8 @@ func TestSilentConnectionFailsWithinTheDeadline(t *testing.T) {
 	pool := pgtest.Open(t, u.String())
 	svc, err := billing.New(billing.Config{DB: pool, Group: group, Now: func() time.Time { return now },
 		Logger: discard(), DBTimeout: time.Second,
-		Charger: chargerFunc(func(ctx context.Context, ch payment.Charge) (payment.Result, error) {
-			r, err := e.client.Charge(ctx, ch)
+		Charger: chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
+			r, err := e.charger.Charge(ctx, ch)
 			proxy.freeze() // the network path to Postgres goes silent
 			return r, err
 		})})

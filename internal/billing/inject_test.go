@@ -12,7 +12,6 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
-	"github.com/billing-consumer/billing-consumer/internal/payment"
 )
 
 // The fault injector stands between billing and its two collaborators, the
@@ -241,14 +240,14 @@ type faultCharger struct {
 	in *injector
 }
 
-func (f faultCharger) Charge(ctx context.Context, ch payment.Charge) (payment.Result, error) {
+func (f faultCharger) Charge(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
 	_, before, after := f.in.begin("charge")
 	if before {
-		return payment.Result{}, fault.Errorf(fault.Transient, "injected: request not sent")
+		return billing.ChargeResult{}, fault.Errorf(fault.Transient, "injected: request not sent")
 	}
 	r, err := f.c.Charge(ctx, ch)
 	if after {
-		return payment.Result{}, fault.Errorf(fault.Transient, "injected: answer lost (provider said %v)", errOr(err, "2xx"))
+		return billing.ChargeResult{}, fault.Errorf(fault.Transient, "injected: answer lost (provider said %v)", errOr(err, "2xx"))
 	}
 	return r, err
 }

@@ -35,10 +35,10 @@ func TestRedeliverySendsAfterTheCreatorReleasedTheClaim(t *testing.T) {
 	}
 	ev := event(8101, 1000)
 	firstSending, secondPastLookup := make(chan struct{}), make(chan struct{})
-	first := newService(t, e.pool, chargerFunc(func(ctx context.Context, ch payment.Charge) (payment.Result, error) {
+	first := newService(t, e.pool, chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
 		close(firstSending)
 		<-secondPastLookup
-		return gwClient.Charge(ctx, ch)
+		return gwClient.ForBilling().Charge(ctx, ch)
 	}))
 	in := newInjector()
 	in.gate = func(_ int, name string) {
@@ -46,7 +46,7 @@ func TestRedeliverySendsAfterTheCreatorReleasedTheClaim(t *testing.T) {
 			close(secondPastLookup)
 		}
 	}
-	second := newService(t, faultDB{e.pool, in}, e.client)
+	second := newService(t, faultDB{e.pool, in}, e.charger)
 
 	ctx := context.Background()
 	firstErr := make(chan error, 1)
@@ -92,10 +92,10 @@ func TestCompleterSendsWhileTheCreatorReleasesTheClaim(t *testing.T) {
 	}
 	ev := event(8102, 1000)
 	firstSending, completerSending, firstDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	first := newService(t, e.pool, chargerFunc(func(ctx context.Context, ch payment.Charge) (payment.Result, error) {
+	first := newService(t, e.pool, chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
 		close(firstSending)
 		<-completerSending
-		return gwClient.Charge(ctx, ch)
+		return gwClient.ForBilling().Charge(ctx, ch)
 	}))
 	ctx := context.Background()
 	go func() { _, err := first.Process(ctx, ev); firstDone <- err }()
@@ -104,7 +104,7 @@ func TestCompleterSendsWhileTheCreatorReleasesTheClaim(t *testing.T) {
 	finished := false
 	c := &billing.Completer{Pool: e.pool, After: time.Minute, BlockAfter: time.Hour, Logger: discard(),
 		Now: func() time.Time { return now.Add(2 * time.Minute) },
-		Charger: chargerFunc(func(ctx context.Context, ch payment.Charge) (payment.Result, error) {
+		Charger: chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
 			close(completerSending)
 			// Send once the creator has released (finished) or waits to.
 			for deadline := time.Now().Add(20 * time.Second); !finished; {
@@ -123,7 +123,7 @@ func TestCompleterSendsWhileTheCreatorReleasesTheClaim(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			return e.client.Charge(ctx, ch)
+			return e.charger.Charge(ctx, ch)
 		})}
 	rep, err := c.RunOnce(ctx, billing.PassOptions{})
 	t.Logf("completer pass: %+v, %v", rep.Settled, err)
@@ -173,7 +173,7 @@ func TestCompleterDoesNotResendPastBlockAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &billing.Completer{Pool: e.pool, Charger: client, After: time.Minute, BlockAfter: time.Hour,
+	c := &billing.Completer{Pool: e.pool, Charger: client.ForBilling(), After: time.Minute, BlockAfter: time.Hour,
 		Now: func() time.Time { return now.Add(25 * time.Hour) }, Logger: discard()}
 	rep, err := c.RunOnce(context.Background(), billing.PassOptions{})
 	if err != nil {
@@ -206,7 +206,7 @@ func TestRedeliveryDoesNotResendAClaimPastBlockAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	later, err := billing.New(billing.Config{DB: e.pool, Charger: client, Group: group, Logger: discard(),
+	later, err := billing.New(billing.Config{DB: e.pool, Charger: client.ForBilling(), Group: group, Logger: discard(),
 		Now: func() time.Time { return now.Add(25 * time.Hour) }, DBTimeout: 5 * time.Second, ClaimBlockAfter: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +237,7 @@ func TestCrashAtEveryStepOfARedelivery(t *testing.T) {
 		ev := event(8300, 100)
 		e.pendingClaim(t, ev, paysim.Faults{ErrorRate: 1})
 		in := newInjector()
-		svc := newService(t, faultDB{e.pool, in}, faultCharger{e.client, in})
+		svc := newService(t, faultDB{e.pool, in}, faultCharger{e.charger, in})
 		if res, err := svc.Process(context.Background(), ev); err != nil || res.Outcome != billing.Charged {
 			t.Fatalf("clean redelivery: %+v, %v", res, err)
 		}
@@ -255,7 +255,7 @@ func TestCrashAtEveryStepOfARedelivery(t *testing.T) {
 					e.pendingClaim(t, ev, paysim.Faults{ErrorRate: 1})
 					in := newInjector()
 					in.failAt, in.after, in.mode = k, after, mode
-					svc := newService(t, faultDB{e.pool, in}, faultCharger{e.client, in})
+					svc := newService(t, faultDB{e.pool, in}, faultCharger{e.charger, in})
 					ctx := context.Background()
 					res, err := svc.Process(ctx, ev)
 					t.Logf("faulty run: %+v, %v (ops %q)", res, err, in.trace())
@@ -264,7 +264,7 @@ func TestCrashAtEveryStepOfARedelivery(t *testing.T) {
 							t.Fatalf("retry after the cut: %v", err)
 						}
 					}
-					fresh := newService(t, e.pool, e.client)
+					fresh := newService(t, e.pool, e.charger)
 					other := event(order, 4321)
 					ores, oerr := fresh.Process(ctx, other)
 					t.Logf("other event meanwhile: %+v, %v", ores, oerr)

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
 // Handler processes one message. It returns nil only when the message may
@@ -136,17 +138,10 @@ func (c *Consumer) Joined() bool { return c.joined.Load() }
 // group. It returns nil after a clean shutdown, or the error that made the
 // group unusable.
 func (c *Consumer) Run(ctx context.Context) error {
-	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID:                c.cfg.GroupID,
-		Brokers:           c.cfg.Brokers,
-		Dialer:            c.cfg.Dialer,
-		Topics:            []string{c.cfg.Topic},
-		StartOffset:       kafka.FirstOffset,
-		SessionTimeout:    c.cfg.SessionTimeout,
-		RebalanceTimeout:  c.cfg.RebalanceTimeout,
-		HeartbeatInterval: c.cfg.HeartbeatInterval,
-		JoinGroupBackoff:  500 * time.Millisecond,
-		ErrorLogger:       kafka.LoggerFunc(func(msg string, args ...any) { c.cfg.Logger.Warn("kafka group: " + fmt.Sprintf(msg, args...)) }),
+	group, err := kafkagroup.Join(kafkagroup.GroupConfig{
+		ID: c.cfg.GroupID, Brokers: c.cfg.Brokers, Topic: c.cfg.Topic, Dialer: c.cfg.Dialer,
+		SessionTimeout: c.cfg.SessionTimeout, RebalanceTimeout: c.cfg.RebalanceTimeout,
+		HeartbeatInterval: c.cfg.HeartbeatInterval, Logger: c.cfg.Logger,
 	})
 	if err != nil {
 		return fmt.Errorf("consumer group: %w", err)
@@ -180,17 +175,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// leave closes the group: kafka-go ends the current generation (releasing
-// the partition goroutines parked in runGeneration) and sends LeaveGroup,
-// so the partitions move to another member at once instead of after the
-// session timeout. Bounded: a hung broker must not hold the process.
+// leave leaves the group (see kafkagroup.Leave): kafka-go ends the current
+// generation, releasing the partition goroutines parked in runGeneration.
 func (c *Consumer) leave(group *kafka.ConsumerGroup) {
-	done := make(chan struct{})
-	go func() { _ = group.Close(); close(done) }()
-	select {
-	case <-done:
+	if kafkagroup.Leave(group, c.cfg.CommitTimeout) {
 		c.cfg.Logger.Info("left consumer group", "group", c.cfg.GroupID)
-	case <-time.After(c.cfg.CommitTimeout):
+	} else {
 		c.cfg.Logger.Warn("leaving consumer group timed out", "group", c.cfg.GroupID)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -72,7 +73,7 @@ func TestConsumesEverythingAndCommitsToEnd(t *testing.T) {
 		h.add(msg)
 		return nil
 	})
-	waitFor(t, waitLong, "every record handled", func() bool { return h.covers(ends(counts)) })
+	poll.Until(t, waitLong, "every record handled", func() bool { return h.covers(ends(counts)) })
 	if err := r.stop(t); err != nil {
 		t.Fatalf("Run = %v, want nil after cancellation", err)
 	}
@@ -116,7 +117,7 @@ func TestConsumesEverythingAndCommitsToEnd(t *testing.T) {
 func TestJoined(t *testing.T) {
 	env := newKafkaEnv(t, 3)
 	r := startConsumer(t, env.config(t), func(context.Context, kafka.Message) error { return nil })
-	waitFor(t, waitLong, "Joined()", r.Joined)
+	poll.Until(t, waitLong, "Joined()", r.Joined)
 	if err := r.stop(t); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
@@ -145,11 +146,11 @@ func TestAbandonedMessageIsNotCommittedAndRedelivered(t *testing.T) {
 		}
 		return nil
 	})
-	waitFor(t, waitLong, "the failing record handled", func() bool { return failures.Load() > 0 })
+	poll.Until(t, waitLong, "the failing record handled", func() bool { return failures.Load() > 0 })
 	// More records for the other partitions after the failure: they must
 	// still be consumed.
 	env.produce(t, map[int]int{0: 10, 2: 10})
-	waitFor(t, waitLong, "partitions 0 and 2 committed to the end, partition 1 up to the failing record", func() bool {
+	poll.Until(t, waitLong, "partitions 0 and 2 committed to the end, partition 1 up to the failing record", func() bool {
 		lags := env.lags(t)
 		if c := lags[badPartition].Committed; c > badOffset {
 			t.Fatalf("partition %d committed %d, past the abandoned record %d", badPartition, c, badOffset)
@@ -170,7 +171,7 @@ func TestAbandonedMessageIsNotCommittedAndRedelivered(t *testing.T) {
 		second.add(msg)
 		return nil
 	})
-	waitFor(t, waitLong, "the group committed to the end", func() bool { return committedAtEnd(env.lags(t)) })
+	poll.Until(t, waitLong, "the group committed to the end", func() bool { return committedAtEnd(env.lags(t)) })
 	if err := r2.stop(t); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
@@ -249,12 +250,12 @@ func TestRebalanceSkipsNothing(t *testing.T) {
 	cfgA, cfgB := env.config(t), env.config(t)
 	cfgA.Logger, cfgB.Logger = logA.Logger, logB.Logger
 	a := startConsumer(t, cfgA, handler("member A", &byA))
-	waitFor(t, waitLong, "member A to handle 30 records", func() bool { return byA.Load() >= 30 })
+	poll.Until(t, waitLong, "member A to handle 30 records", func() bool { return byA.Load() >= 30 })
 
 	b := startConsumer(t, cfgB, handler("member B", &byB))
-	waitFor(t, waitLong, "member B to handle 30 records", func() bool { return byB.Load() >= 30 })
+	poll.Until(t, waitLong, "member B to handle 30 records", func() bool { return byB.Load() >= 30 })
 	aAfterJoin := byA.Load()
-	waitFor(t, waitLong, "member A to keep going after the rebalance", func() bool { return byA.Load() >= aAfterJoin+10 })
+	poll.Until(t, waitLong, "member A to keep going after the rebalance", func() bool { return byA.Load() >= aAfterJoin+10 })
 	if err := stopProducer(); err != nil {
 		t.Fatalf("produce: %v", err)
 	}
@@ -264,7 +265,7 @@ func TestRebalanceSkipsNothing(t *testing.T) {
 	for p, l := range lags {
 		end[p] = l.End
 	}
-	waitFor(t, waitLong, "every record handled and committed", func() bool {
+	poll.Until(t, waitLong, "every record handled and committed", func() bool {
 		return all.covers(end) && committedAtEnd(env.lags(t))
 	})
 	if err := a.stop(t); err != nil {
@@ -302,8 +303,8 @@ func TestCommitIntervalCommitsIdlePartition(t *testing.T) {
 		h.add(msg)
 		return nil
 	})
-	waitFor(t, waitLong, "every record handled", func() bool { return h.covers(ends(counts)) })
-	waitFor(t, 25*interval, "the last record committed while the partition is idle", func() bool {
+	poll.Until(t, waitLong, "every record handled", func() bool { return h.covers(ends(counts)) })
+	poll.Until(t, 25*interval, "the last record committed while the partition is idle", func() bool {
 		return env.lags(t)[0].Committed == 20
 	})
 	if err := r.stop(t); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -144,10 +145,10 @@ func TestRebalanceDrainsInFlightMessage(t *testing.T) {
 	}
 	bStarted := time.Now()
 	b := startConsumer(t, cfg, handle)
-	waitFor(t, waitLong, "every record handled and committed", func() bool {
+	poll.Until(t, waitLong, "every record handled and committed", func() bool {
 		return all.covers(ends(counts)) && committedAtEnd(env.lags(t))
 	})
-	waitFor(t, waitLong, "member B to join", b.Joined)
+	poll.Until(t, waitLong, "member B to join", b.Joined)
 	if err := a.stop(t); err != nil {
 		t.Errorf("member A: Run = %v", err)
 	}
@@ -244,10 +245,10 @@ func TestShutdownLeavesWithoutPhantomGeneration(t *testing.T) {
 	cfgA.Logger, cfgB.Logger = logA.Logger, logB.Logger
 	nop := func(context.Context, kafka.Message) error { return nil }
 	a := startConsumer(t, cfgA, nop)
-	waitFor(t, waitLong, "member A to join", a.Joined)
+	poll.Until(t, waitLong, "member A to join", a.Joined)
 	b := startConsumer(t, cfgB, nop)
 	// Both are members once B holds fewer than all partitions.
-	waitFor(t, waitLong, "a generation shared by A and B", func() bool {
+	poll.Until(t, waitLong, "a generation shared by A and B", func() bool {
 		as := assignments(logB.String())
 		return b.Joined() && len(as) > 0 && len(as[len(as)-1]) < 3
 	})
@@ -258,7 +259,7 @@ func TestShutdownLeavesWithoutPhantomGeneration(t *testing.T) {
 	if strings.Contains(logA.String(), "leaving consumer group timed out") {
 		t.Errorf("member A did not leave the group within CommitTimeout")
 	}
-	waitFor(t, waitLong, "member B's next generation", func() bool { return len(assignments(logB.String())) > before })
+	poll.Until(t, waitLong, "member B's next generation", func() bool { return len(assignments(logB.String())) > before })
 	as := assignments(logB.String())
 	if next := as[before]; len(next) != 3 {
 		t.Errorf("member B's first generation after A stopped has partitions %v, want all 3 (generations of B: %v)", next, as)

@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/logtest"
 )
 
 // Group timings that keep rebalances quick: the broker's minimum session
@@ -150,18 +150,6 @@ func committedAtEnd(lags map[int]PartitionLag) bool {
 	return len(lags) > 0
 }
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // running is a Consumer whose Run executes in a goroutine owned by the test.
 type running struct {
 	*Consumer
@@ -293,21 +281,8 @@ func ends(counts map[int]int) map[int]int64 {
 // fails, and it stays writable after the test ends (kafka-go goroutines may
 // log late).
 type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	logtest.Buffer
 	*slog.Logger
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // count returns the number of log lines containing s.

@@ -2,14 +2,14 @@ package consumer
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
 // PartitionLag is the position of a consumer group in one partition.
@@ -24,65 +24,17 @@ type PartitionLag struct {
 	Lag int64
 }
 
-// Bounds are a partition's earliest retained offset and its log-end offset
-// (the offset the next record will get).
-type Bounds struct{ First, End int64 }
-
-// LogBounds asks the brokers for the earliest and log-end offsets of every
-// partition of topic.
-func LogBounds(ctx context.Context, client *kafka.Client, topic string) (map[int]Bounds, error) {
-	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	if err != nil {
-		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
-	}
-	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil {
-		var terr error = errors.New("not found")
-		if len(meta.Topics) == 1 {
-			terr = meta.Topics[0].Error
-		}
-		return nil, fmt.Errorf("metadata of %s: %w", topic, terr)
-	}
-	var firsts, ends []kafka.OffsetRequest
-	for _, p := range meta.Topics[0].Partitions {
-		firsts = append(firsts, kafka.FirstOffsetOf(p.ID))
-		ends = append(ends, kafka.LastOffsetOf(p.ID))
-	}
-	out := make(map[int]Bounds, len(firsts))
-	list := func(q []kafka.OffsetRequest, set func(*Bounds, kafka.PartitionOffsets)) error {
-		res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: q}})
-		if err != nil {
-			return fmt.Errorf("offsets of %s: %w", topic, err)
-		}
-		for _, po := range res.Topics[topic] {
-			if po.Error != nil {
-				return fmt.Errorf("offsets of %s/%d: %w", topic, po.Partition, po.Error)
-			}
-			b := out[po.Partition]
-			set(&b, po)
-			out[po.Partition] = b
-		}
-		return nil
-	}
-	if err := list(firsts, func(b *Bounds, po kafka.PartitionOffsets) { b.First = po.FirstOffset }); err != nil {
-		return nil, err
-	}
-	if err := list(ends, func(b *Bounds, po kafka.PartitionOffsets) { b.End = po.LastOffset }); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // GroupLag asks the brokers for the log-end offsets of topic and the
 // committed offsets of group, partition by partition. It reads only broker
 // state, so it is right while this replica is stuck, paused or owns none of
 // the partitions.
 func GroupLag(ctx context.Context, client *kafka.Client, topic, group string) ([]PartitionLag, error) {
-	bounds, err := LogBounds(ctx, client, topic)
+	bounds, err := kafkagroup.LogBounds(ctx, client, topic)
 	if err != nil {
 		return nil, err
 	}
 	ids := slices.Sorted(maps.Keys(bounds))
-	com, err := CommittedOffsets(ctx, client, group, topic, ids)
+	com, err := kafkagroup.CommittedOffsets(ctx, client, group, topic, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -101,40 +53,14 @@ func GroupLag(ctx context.Context, client *kafka.Client, topic, group string) ([
 	return out, nil
 }
 
-// CommittedOffsets asks the brokers for group's committed offsets of the
-// partitions ids of topic. A partition without a committed offset is
-// absent or -1: a group that never committed is "not found" on some
-// brokers (kfake) and has offset -1 on others, and both mean nothing
-// committed.
-func CommittedOffsets(ctx context.Context, client *kafka.Client, group, topic string, ids []int) (map[int]int64, error) {
-	res, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ids}})
-	if err != nil {
-		return nil, fmt.Errorf("committed offsets of %s: %w", group, err)
-	}
-	if res.Error != nil && !errors.Is(res.Error, kafka.GroupIdNotFound) {
-		return nil, fmt.Errorf("committed offsets of %s: %w", group, res.Error)
-	}
-	out := map[int]int64{}
-	for _, po := range res.Topics[topic] {
-		if po.Error == nil {
-			out[po.Partition] = po.CommittedOffset
-		}
-	}
-	return out, nil
-}
-
 // WatchLag calls GroupLag every interval until ctx ends and hands each
 // answer, or its error, to report (never the error of ctx ending).
 // Failures are logged at most once a minute.
 func WatchLag(ctx context.Context, client *kafka.Client, topic, group string, interval time.Duration,
 	logger *slog.Logger, report func([]PartitionLag, error)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	var lastLogged time.Time
-	for {
-		qctx, cancel := context.WithTimeout(ctx, interval)
+	kafkagroup.Every(ctx, interval, func(qctx context.Context) {
 		lags, err := GroupLag(qctx, client, topic, group)
-		cancel()
 		if ctx.Err() != nil {
 			return
 		}
@@ -143,10 +69,5 @@ func WatchLag(ctx context.Context, client *kafka.Client, topic, group string, in
 			logger.Warn("consumer lag unavailable", "err", err)
 			lastLogged = time.Now()
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }

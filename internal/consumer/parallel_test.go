@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -64,7 +65,7 @@ func TestKeyOrderedParallelism(t *testing.T) {
 		total.Add(1)
 		return nil
 	})
-	waitFor(t, waitLong, "every record handled and committed", func() bool {
+	poll.Until(t, waitLong, "every record handled and committed", func() bool {
 		if total.Load() < 3*perPartition {
 			return false
 		}
@@ -116,7 +117,7 @@ func TestPartitionWindowBoundsFetching(t *testing.T) {
 			return ctx.Err()
 		}
 	})
-	waitFor(t, waitLong, "the window to fill", func() bool { return started.Load() >= 4 })
+	poll.Until(t, waitLong, "the window to fill", func() bool { return started.Load() >= 4 })
 	time.Sleep(300 * time.Millisecond) // give a wrong implementation the chance to start more
 	if n := started.Load(); n != 4 {
 		t.Fatalf("%d records started with a window of 4", n)
@@ -125,7 +126,7 @@ func TestPartitionWindowBoundsFetching(t *testing.T) {
 		t.Fatalf("committed %d while every record is unfinished", l.Committed)
 	}
 	close(release)
-	waitFor(t, waitLong, "everything committed", func() bool { return env.lags(t)[0].Committed == 50 })
+	poll.Until(t, waitLong, "everything committed", func() bool { return env.lags(t)[0].Committed == 50 })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}

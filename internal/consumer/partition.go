@@ -2,12 +2,12 @@ package consumer
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
 // completion is a handler's verdict on one message.
@@ -26,26 +26,13 @@ type completion struct {
 // handlers report back on a channel.
 func (c *Consumer) consumePartition(stop context.Context, gen *kafka.Generation, partition int, offset int64) {
 	log := c.cfg.Logger.With("topic", c.cfg.Topic, "partition", partition)
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:   c.cfg.Brokers,
-		Topic:     c.cfg.Topic,
-		Partition: partition,
-		Dialer:    c.cfg.Dialer,
-		MinBytes:  1,
-		MaxBytes:  c.cfg.MaxBytes,
-		MaxWait:   250 * time.Millisecond,
-		// The group's lag comes from WatchLag; the reader's own per
-		// partition lag poller would only add load and noise.
-		ReadLagInterval: -1,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			log.Warn("kafka reader", "detail", fmt.Sprintf(msg, args...))
-		}),
-	})
-	defer r.Close()
-	if err := r.SetOffset(offset); err != nil {
+	r, err := kafkagroup.OpenPartition(kafkagroup.ReaderConfig{Brokers: c.cfg.Brokers, Topic: c.cfg.Topic,
+		Partition: partition, Dialer: c.cfg.Dialer, MaxBytes: c.cfg.MaxBytes, Logger: log}, offset)
+	if err != nil {
 		log.Error("set start offset", "offset", offset, "err", err)
 		return
 	}
+	defer r.Close()
 
 	// work is the handlers' context: it outlives stop by DrainTimeout, so
 	// in-flight charges can finish and be committed during a rebalance or
@@ -273,14 +260,5 @@ func (c *Consumer) release() { <-c.slots }
 // commit commits next (the offset of the next message to consume) for
 // partition, bounded by CommitTimeout.
 func (c *Consumer) commit(gen *kafka.Generation, partition int, next int64) error {
-	done := make(chan error, 1)
-	go func() {
-		done <- gen.CommitOffsets(map[string]map[int]int64{c.cfg.Topic: {partition: next}})
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(c.cfg.CommitTimeout):
-		return errors.New("offset commit timed out")
-	}
+	return kafkagroup.Commit(gen, c.cfg.Topic, partition, next, c.cfg.CommitTimeout)
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/billing-consumer/billing-consumer/internal/consumer"
+	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
 // Backlog is what the dead-letter topic holds that dlq replay has not yet
@@ -35,12 +35,12 @@ type Backlog struct {
 // and the topic's retention.ms. It reads broker state only and joins no
 // group.
 func ReadBacklog(ctx context.Context, client *kafka.Client, topic, replayGroup string) (Backlog, error) {
-	bounds, err := consumer.LogBounds(ctx, client, topic)
+	bounds, err := kafkagroup.LogBounds(ctx, client, topic)
 	if err != nil {
 		return Backlog{}, err
 	}
 	ids := slices.Sorted(maps.Keys(bounds))
-	pos, err := consumer.CommittedOffsets(ctx, client, replayGroup, topic, ids)
+	pos, err := kafkagroup.CommittedOffsets(ctx, client, replayGroup, topic, ids)
 	if err != nil {
 		return Backlog{}, err
 	}
@@ -125,26 +125,16 @@ func retention(ctx context.Context, client *kafka.Client, topic string) (time.Du
 // and the lag alerts cover an unreachable Kafka).
 func WatchBacklog(ctx context.Context, client *kafka.Client, topic, replayGroup string, interval time.Duration,
 	logger *slog.Logger, report func(Backlog)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	var lastLogged time.Time
-	for {
-		qctx, cancel := context.WithTimeout(ctx, interval)
+	kafkagroup.Every(ctx, interval, func(qctx context.Context) {
 		b, err := ReadBacklog(qctx, client, topic, replayGroup)
-		cancel()
 		switch {
 		case ctx.Err() != nil:
-			return
 		case err == nil:
 			report(b)
 		case time.Since(lastLogged) > 10*time.Minute:
 			logger.Warn("dead-letter backlog unavailable", "topic", topic, "err", err)
 			lastLogged = time.Now()
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/billing-consumer/billing-consumer/internal/consumer"
+	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
 // Entry is one dead-letter record as an operator sees it: where it is, why
@@ -72,14 +72,14 @@ type BrowseConfig struct {
 // selects; an error from fn stops it and is returned. It joins no group
 // and commits nothing: a running consumer or replay is not disturbed.
 func Browse(ctx context.Context, cfg BrowseConfig, filter Filter, fn func(Entry) error) error {
-	bounds, err := consumer.LogBounds(ctx, cfg.Client, cfg.Topic)
+	bounds, err := kafkagroup.LogBounds(ctx, cfg.Client, cfg.Topic)
 	if err != nil {
 		return err
 	}
 	ids := slices.Sorted(maps.Keys(bounds))
 	replayed := map[int]int64{}
 	if cfg.ReplayGroup != "" {
-		if replayed, err = consumer.CommittedOffsets(ctx, cfg.Client, cfg.ReplayGroup, cfg.Topic, ids); err != nil {
+		if replayed, err = kafkagroup.CommittedOffsets(ctx, cfg.Client, cfg.ReplayGroup, cfg.Topic, ids); err != nil {
 			return err
 		}
 	}
@@ -95,16 +95,14 @@ func Browse(ctx context.Context, cfg BrowseConfig, filter Filter, fn func(Entry)
 	return nil
 }
 
-func browsePartition(ctx context.Context, cfg BrowseConfig, partition int, b consumer.Bounds, replayedTo int64,
+func browsePartition(ctx context.Context, cfg BrowseConfig, partition int, b kafkagroup.Bounds, replayedTo int64,
 	filter Filter, fn func(Entry) error) error {
-	rd := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: cfg.Brokers, Topic: cfg.Topic, Partition: partition, Dialer: cfg.Dialer,
-		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 250 * time.Millisecond, ReadLagInterval: -1,
-	})
-	defer rd.Close()
-	if err := rd.SetOffset(b.First); err != nil {
-		return fmt.Errorf("read %s/%d from %d: %w", cfg.Topic, partition, b.First, err)
+	rd, err := kafkagroup.OpenPartition(kafkagroup.ReaderConfig{Brokers: cfg.Brokers, Topic: cfg.Topic,
+		Partition: partition, Dialer: cfg.Dialer}, b.First)
+	if err != nil {
+		return err
 	}
+	defer rd.Close()
 	for next := b.First; next < b.End; {
 		msg, err := rd.FetchMessage(ctx)
 		if err != nil {

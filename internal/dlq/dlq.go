@@ -27,6 +27,17 @@ const (
 	Exhausted Reason = "exhausted" // transient failures outlasted the retries
 )
 
+// ParseReason returns the Reason named s, or an error if s is not one of
+// invalid, permanent, conflict, exhausted.
+func ParseReason(s string) (Reason, error) {
+	for _, r := range []Reason{Invalid, Permanent, Conflict, Exhausted} {
+		if s == string(r) {
+			return r, nil
+		}
+	}
+	return "", fmt.Errorf("unknown reason %q (want invalid, permanent, conflict or exhausted)", s)
+}
+
 // Header names of SPEC §7.
 const (
 	HeaderOriginalTopic     = "dlq-original-topic"

@@ -366,3 +366,16 @@ func TestWriterSendFails(t *testing.T) {
 		t.Errorf("error %q does not name the source record", err)
 	}
 }
+
+func TestParseReason(t *testing.T) {
+	for _, s := range []string{"invalid", "permanent", "conflict", "exhausted"} {
+		if r, err := ParseReason(s); err != nil || string(r) != s {
+			t.Errorf("ParseReason(%q) = %q, %v", s, r, err)
+		}
+	}
+	for _, s := range []string{"", "dlq.Exhausted", "other"} {
+		if _, err := ParseReason(s); err == nil {
+			t.Errorf("ParseReason(%q) accepted", s)
+		}
+	}
+}

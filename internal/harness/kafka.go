@@ -9,6 +9,7 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
+	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
 )
 
 // Produce writes records to topic, partitioned by key hash, acknowledged by
@@ -92,36 +93,17 @@ type DLQRecord struct {
 // ReadAll reads every record of topic from the beginning up to the log-end
 // offsets at the time of the call.
 func ReadAll(ctx context.Context, brokers []string, topic string) ([]DLQRecord, error) {
-	lags, err := Lag(ctx, brokers, topic, "harness-reader-never-commits")
+	msgs, err := kafkatest.ReadTopic(ctx, brokers, topic, kafkatest.ReadOptions{})
 	if err != nil {
 		return nil, err
 	}
-	var out []DLQRecord
-	for _, l := range lags {
-		if l.End == 0 {
-			continue
+	out := make([]DLQRecord, 0, len(msgs))
+	for _, m := range msgs {
+		h := map[string]string{}
+		for _, hd := range m.Headers {
+			h[hd.Key] = string(hd.Value)
 		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: l.Partition, MaxWait: 100 * time.Millisecond})
-		if err := r.SetOffset(kafka.FirstOffset); err != nil {
-			r.Close()
-			return nil, err
-		}
-		for {
-			m, err := r.FetchMessage(ctx)
-			if err != nil {
-				r.Close()
-				return nil, fmt.Errorf("read %s/%d: %w", topic, l.Partition, err)
-			}
-			h := map[string]string{}
-			for _, hd := range m.Headers {
-				h[hd.Key] = string(hd.Value)
-			}
-			out = append(out, DLQRecord{Value: string(m.Value), Reason: dlq.Reason(h[dlq.HeaderReason]), Headers: h})
-			if m.Offset+1 >= l.End {
-				break
-			}
-		}
-		r.Close()
+		out = append(out, DLQRecord{Value: string(m.Value), Reason: dlq.Reason(h[dlq.HeaderReason]), Headers: h})
 	}
 	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"syscall"
@@ -34,6 +35,32 @@ func Start(bin string, args []string, env []string, logTo io.Writer) (*Process, 
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// Pid is the process id, for reading its resources from /proc.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// WaitReady polls http://addr/readyz until it answers 200 (the consumer is
+// a group member with a working database), the process exits, or ctx
+// ends.
+func (p *Process) WaitReady(ctx context.Context, addr string) error {
+	client := &http.Client{Timeout: time.Second}
+	for {
+		if resp, err := client.Get("http://" + addr + "/readyz"); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if exited, err := p.Exited(); exited {
+			return fmt.Errorf("exited before it was ready: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Kill sends SIGKILL and waits for the process to be gone.

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/segmentio/kafka-go"
 )
 
 // ProcessedButUncommitted counts records past the group's committed offset
@@ -21,41 +21,26 @@ func ProcessedButUncommitted(ctx context.Context, brokers []string, topic, group
 	if err != nil {
 		return 0, err
 	}
-	var ids []uuid.UUID
+	from := map[int]int64{}
 	for _, l := range lags {
-		from := l.Committed
-		if from < 0 {
-			from = 0
+		from[l.Partition] = l.Committed // -1: none, read from the earliest
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	msgs, err := kafkatest.ReadTopic(rctx, brokers, topic, kafkatest.ReadOptions{From: from, Limit: limit})
+	if err != nil {
+		return 0, err
+	}
+	var ids []uuid.UUID
+	for _, m := range msgs {
+		var ev struct {
+			EventID string `json:"event_id"`
 		}
-		if from >= l.End {
-			continue
-		}
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: l.Partition, MaxWait: 100 * time.Millisecond})
-		if err := r.SetOffset(from); err != nil {
-			cancel()
-			r.Close()
-			return 0, err
-		}
-		for n := 0; n < limit; n++ {
-			m, err := r.FetchMessage(rctx)
-			if err != nil {
-				break
-			}
-			var ev struct {
-				EventID string `json:"event_id"`
-			}
-			if json.Unmarshal(m.Value, &ev) == nil {
-				if id, err := uuid.Parse(ev.EventID); err == nil {
-					ids = append(ids, id)
-				}
-			}
-			if m.Offset+1 >= l.End {
-				break
+		if json.Unmarshal(m.Value, &ev) == nil {
+			if id, err := uuid.Parse(ev.EventID); err == nil {
+				ids = append(ids, id)
 			}
 		}
-		cancel()
-		r.Close()
 	}
 	var n int
 	err = db.QueryRow(ctx, "SELECT count(*) FROM processed_event WHERE event_id = ANY($1) AND consumer_group = $2", ids, group).Scan(&n)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 )
 
 const testToken = "sk_test_s3cr3t-T0KEN"
@@ -309,7 +310,7 @@ func TestChargeConcurrentPool(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, func() bool { return active.Load() >= maxConns })
+	poll.Until(t, 10*time.Second, "every connection to be busy", func() bool { return active.Load() >= maxConns })
 	unblock()
 	wg.Wait()
 	close(errs)
@@ -321,17 +322,5 @@ func TestChargeConcurrentPool(t *testing.T) {
 	}
 	if p := peak.Load(); p != maxConns {
 		t.Errorf("peak concurrency %d, want %d", p, maxConns)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after 10s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 )
 
 // simClient starts sim behind an httptest.Server and returns a client for it.
@@ -31,18 +32,6 @@ func kindOf(t *testing.T, err error) fault.Kind {
 		t.Fatalf("error %v carries no *payment.Error", err)
 	}
 	return fault.KindOf(err)
-}
-
-// poll waits until cond holds, failing the test after 10s.
-func poll(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // simCharge returns the charge of the SPEC example event.
@@ -127,7 +116,7 @@ func TestAgainstSimulator(t *testing.T) {
 		c := simClient(t, sim, "")
 		done := make(chan error, 1)
 		go func() { _, err := c.Charge(t.Context(), simCharge()); done <- err }()
-		poll(t, func() bool { return sim.InFlight() == 1 })
+		poll.Until(t, 10*time.Second, "one charge in flight", func() bool { return sim.InFlight() == 1 })
 		_, err := c.Charge(t.Context(), simCharge())
 		var e *payment.Error
 		if kindOf(t, err) != fault.Transient || !errors.As(err, &e) || e.Status != 409 {
@@ -157,7 +146,7 @@ func TestAgainstSimulator(t *testing.T) {
 			t.Fatalf("%v, want Transient", err)
 		}
 		// The provider finishes the charge after we gave up; poll, then retry.
-		poll(t, func() bool { return sim.ChargesTaken() == 1 && sim.InFlight() == 0 })
+		poll.Until(t, 10*time.Second, "the charge to be taken", func() bool { return sim.ChargesTaken() == 1 && sim.InFlight() == 0 })
 		sim.SetFaults(paysim.Faults{})
 		res, err := c.Charge(t.Context(), simCharge())
 		if err != nil || !res.Replayed {

@@ -1,9 +1,11 @@
 package paysim
 
 import (
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestHooks: Received runs before the charge is taken and before any
@@ -36,7 +38,7 @@ func TestHooks(t *testing.T) {
 	}
 	// The answer reaches the client before Answered runs: wait for it.
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
-	waitFor(t, func() bool { return count() == 2 })
+	poll.Until(t, 10*time.Second, "2 hook calls", func() bool { return count() == 2 })
 	if a := h.post(t, "k1", body1001); !a.replayed {
 		t.Fatalf("second request: %+v, want a replay", a)
 	}
@@ -44,7 +46,7 @@ func TestHooks(t *testing.T) {
 	if a := h.post(t, "k2", `{"order_id":1002,"customer_id":42,"amount":"1.00"}`); a.err == nil {
 		t.Fatalf("reset request answered: %+v", a)
 	}
-	waitFor(t, func() bool { return count() == 4 })
+	poll.Until(t, 10*time.Second, "4 hook calls", func() bool { return count() == 4 })
 	mu.Lock()
 	defer mu.Unlock()
 	if !slices.Equal(seen, []string{"received k1", "answered k1", "received k2", "answered k2"}) {

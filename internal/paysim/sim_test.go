@@ -3,6 +3,7 @@ package paysim
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -127,7 +128,7 @@ func TestInFlight409(t *testing.T) {
 	h := newHarness(t, Config{Faults: Faults{Latency: 300 * time.Millisecond}})
 	firstDone := make(chan answer, 1)
 	go func() { firstDone <- h.post(t, "k1", body1001) }()
-	waitFor(t, func() bool { return h.sim.InFlight() == 1 })
+	poll.Until(t, 10*time.Second, "one charge in flight", func() bool { return h.sim.InFlight() == 1 })
 
 	h.sim.SetFaults(Faults{}) // the in-flight request keeps its latency
 	if a := h.post(t, "k1", body1001); a.status != http.StatusConflict {
@@ -324,17 +325,5 @@ func TestConcurrent(t *testing.T) {
 	}
 	if r := h.sim.Requests(); r[200] != orders*copies {
 		t.Errorf("Requests() = %v", r)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after 10s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 )
 
 // budgetPolicy is the retry policy of these tests, on clock: at least 3
@@ -90,9 +91,9 @@ func TestLoneFailingEventPausesInsteadOfExhausting(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- env.h.Handle(context.Background(), msg) }()
 
-	waitFor(t, "the lone failing event to pause", env.h.Stalled)
+	poll.Until(t, 10*time.Second, "the lone failing event to pause", env.h.Stalled)
 	// 200 attempts are 33 minutes of the fake clock: twice the budget.
-	waitFor(t, "200 attempts", func() bool { return callsOf(biller, id) >= 200 })
+	poll.Until(t, 10*time.Second, "200 attempts", func() bool { return callsOf(biller, id) >= 200 })
 	if calls := env.dlq.calls(); len(calls) != 0 {
 		t.Fatalf("dead-lettered during an outage: %+v", calls)
 	}
@@ -108,11 +109,11 @@ func TestLoneFailingEventPausesInsteadOfExhausting(t *testing.T) {
 		t.Fatal(err)
 	}
 	from := callsOf(biller, id)
-	waitFor(t, "30 more attempts", func() bool { return callsOf(biller, id) >= from+30 })
+	poll.Until(t, 10*time.Second, "30 more attempts", func() bool { return callsOf(biller, id) >= from+30 })
 	if calls := env.dlq.calls(); len(calls) != 0 {
 		t.Fatalf("dead-lettered after the streak restarted: %+v", calls)
 	}
-	waitFor(t, "the event to pause again", env.h.Stalled)
+	poll.Until(t, 10*time.Second, "the event to pause again", env.h.Stalled)
 
 	down.Store(false)
 	if err := <-done; err != nil {
@@ -192,8 +193,8 @@ func TestBusyNeitherEndsNorExtendsAStreak(t *testing.T) {
 	errs := make(chan error, 2)
 	go func() { errs <- env.h.Handle(context.Background(), busy) }()
 	go func() { errs <- env.h.Handle(context.Background(), failing) }()
-	waitFor(t, "the failing event to pause", env.h.Stalled)
-	waitFor(t, "20 attempts of the failing event", func() bool { return callsOf(biller, failingID) >= 20 })
+	poll.Until(t, 10*time.Second, "the failing event to pause", env.h.Stalled)
+	poll.Until(t, 10*time.Second, "20 attempts of the failing event", func() bool { return callsOf(biller, failingID) >= 20 })
 	if calls := env.dlq.calls(); len(calls) != 0 {
 		t.Fatalf("dead-lettered: %+v", calls)
 	}

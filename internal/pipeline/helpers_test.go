@@ -224,18 +224,6 @@ func validRecord(t *testing.T) (kafka.Message, uuid.UUID) {
 	return record(eventJSON(id, time.Now(), 1001, "99.95")), id
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // fakeClock is a Config.Now that moves only when a test says so. It starts
 // at the real time, so that the events of validRecord are not in its
 // future.

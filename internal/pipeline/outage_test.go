@@ -6,12 +6,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 )
 
 // TestOutageIsNotPoison: the provider fails every call for a while. Once
@@ -48,10 +50,10 @@ func TestOutageIsNotPoison(t *testing.T) {
 		ids[i] = id
 		go func() { errs <- env.h.Handle(context.Background(), msg) }()
 	}
-	waitFor(t, "the handler to report the outage", env.h.Stalled)
+	poll.Until(t, 10*time.Second, "the handler to report the outage", env.h.Stalled)
 	// Every event tried well past MaxAttempts during the outage, none
 	// dead-lettered: the retries spent nothing.
-	waitFor(t, "every event to be tried 5 times more than MaxAttempts", func() bool {
+	poll.Until(t, 10*time.Second, "every event to be tried 5 times more than MaxAttempts", func() bool {
 		for _, id := range ids {
 			if callsOf(biller, id) < maxAttempts+5 {
 				return false

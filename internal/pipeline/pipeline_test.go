@@ -18,6 +18,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 )
 
 // Errors of each kind, as the billing service returns them (wrapped once
@@ -369,10 +370,10 @@ func TestStalledWhileWaitingOutSystemicFailure(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- env.h.Handle(context.Background(), msg) }()
 
-	waitFor(t, "Stalled() while the biller fails systemically", env.h.Stalled)
+	poll.Until(t, 10*time.Second, "Stalled() while the biller fails systemically", env.h.Stalled)
 	// Still stalled well past MaxAttempts: systemic failures are not the
 	// event's fault and must not dead-letter it.
-	waitFor(t, "many systemic failures", func() bool { return len(biller.calls()) > 10 })
+	poll.Until(t, 10*time.Second, "many systemic failures", func() bool { return len(biller.calls()) > 10 })
 	if len(env.dlq.calls()) != 0 {
 		t.Fatal("dead-lettered during a systemic failure")
 	}
@@ -412,7 +413,7 @@ func TestStalledCountsConcurrentEvents(t *testing.T) {
 		msg, _ := validRecord(t)
 		wg.Go(func() { errs <- env.h.Handle(context.Background(), msg) })
 	}
-	waitFor(t, "Stalled()", env.h.Stalled)
+	poll.Until(t, 10*time.Second, "Stalled()", env.h.Stalled)
 	release.Store(true)
 	wg.Wait()
 	close(errs)

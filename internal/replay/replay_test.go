@@ -1,4 +1,4 @@
-package dlq
+package replay
 
 import (
 	"bytes"
@@ -17,7 +17,10 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
+	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/logtest"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 )
 
 // replayEnv is a source topic, a dead-letter topic and a replay group on
@@ -27,7 +30,7 @@ type replayEnv struct {
 	src, dlq   string
 	group      string
 	client     *kafka.Client
-	log        *lockedBuffer
+	log        *logtest.Buffer
 	maxReplays int
 	produced   int
 }
@@ -41,7 +44,7 @@ func newReplayEnv(t *testing.T, dlqPartitions int) *replayEnv {
 		dlq:        kafkatest.UniqueName("replay-dlq"),
 		group:      kafkatest.UniqueName("replay-group"),
 		client:     &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}},
-		log:        &lockedBuffer{},
+		log:        &logtest.Buffer{},
 		maxReplays: 3,
 	}
 	kafkatest.CreateTopic(t, brokers, env.src, 3)
@@ -54,27 +57,9 @@ func newReplayEnv(t *testing.T, dlqPartitions int) *replayEnv {
 	return env
 }
 
-// lockedBuffer collects log lines from kafka-go's goroutines too.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func (env *replayEnv) replayer(t *testing.T) *Replayer {
 	t.Helper()
-	r, err := NewReplayer(ReplayConfig{
+	r, err := New(Config{
 		Brokers: env.brokers, DLQTopic: env.dlq, SourceTopic: env.src, GroupID: env.group,
 		MaxReplays: env.maxReplays, Transport: &kafka.Transport{},
 		Logger:         slog.New(slog.NewJSONHandler(env.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -87,7 +72,7 @@ func (env *replayEnv) replayer(t *testing.T) *Replayer {
 }
 
 // run is one Run, bounded so that a hang fails the test.
-func (env *replayEnv) run(t *testing.T, opts ReplayOptions) (Summary, error) {
+func (env *replayEnv) run(t *testing.T, opts Options) (Summary, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -98,7 +83,7 @@ func (env *replayEnv) run(t *testing.T, opts ReplayOptions) (Summary, error) {
 	return sum, err
 }
 
-func (env *replayEnv) mustRun(t *testing.T, opts ReplayOptions) Summary {
+func (env *replayEnv) mustRun(t *testing.T, opts Options) Summary {
 	t.Helper()
 	sum, err := env.run(t, opts)
 	if err != nil {
@@ -115,8 +100,8 @@ func (env *replayEnv) source(value string, headers ...kafka.Header) kafka.Messag
 }
 
 // deadLetter is the DLQ record of src for reason.
-func deadLetter(src kafka.Message, reason Reason) kafka.Message {
-	return Record(src, "billing", reason, errors.New("boom"), 3, time.Now())
+func deadLetter(src kafka.Message, reason dlq.Reason) kafka.Message {
+	return dlq.Record(src, "billing", reason, errors.New("boom"), 3, time.Now())
 }
 
 // produce writes records to the DLQ in order, to partition p.
@@ -131,38 +116,6 @@ func (env *replayEnv) produce(t *testing.T, p int, records ...kafka.Message) {
 	if err := w.WriteMessages(ctx, records...); err != nil {
 		t.Fatalf("produce to %s: %v", env.dlq, err)
 	}
-}
-
-// readAll returns every record of topic up to its current end, by
-// partition then offset.
-func (env *replayEnv) readAll(t *testing.T, topic string) []kafka.Message {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	lags, err := consumer.GroupLag(ctx, env.client, topic, "replay-test-never-commits")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []kafka.Message
-	for _, l := range lags {
-		if l.End == 0 {
-			continue
-		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: env.brokers, Topic: topic, Partition: l.Partition, MaxWait: 100 * time.Millisecond})
-		for {
-			m, err := r.FetchMessage(ctx)
-			if err != nil {
-				r.Close()
-				t.Fatalf("read %s/%d: %v", topic, l.Partition, err)
-			}
-			out = append(out, m)
-			if m.Offset+1 >= l.End {
-				break
-			}
-		}
-		r.Close()
-	}
-	return out
 }
 
 // committed returns the replay group's committed offset of each DLQ
@@ -196,7 +149,7 @@ func (env *replayEnv) wantCommitted(t *testing.T, want map[int]int64) {
 func replayCounts(m kafka.Message) []string {
 	var out []string
 	for _, h := range m.Headers {
-		if h.Key == HeaderReplayCount {
+		if h.Key == dlq.HeaderReplayCount {
 			out = append(out, string(h.Value))
 		}
 	}
@@ -227,25 +180,25 @@ func TestReplayRepublishesAndResumes(t *testing.T) {
 	env := newReplayEnv(t, 2)
 	trace := kafka.Header{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}
 	custom := kafka.Header{Key: "x-origin", Value: []byte("checkout")}
-	replayedOnce := env.source("c-permanent", custom, kafka.Header{Key: HeaderReplayCount, Value: []byte("1")})
+	replayedOnce := env.source("c-permanent", custom, kafka.Header{Key: dlq.HeaderReplayCount, Value: []byte("1")})
 	srcs := map[string]kafka.Message{}
 	add := func(m kafka.Message) kafka.Message { srcs[string(m.Value)] = m; return m }
 	env.produce(t, 0,
-		deadLetter(add(env.source("a-invalid", trace, custom)), Invalid),
-		deadLetter(add(env.source("b-exhausted")), Exhausted),
-		deadLetter(add(replayedOnce), Permanent))
+		deadLetter(add(env.source("a-invalid", trace, custom)), dlq.Invalid),
+		deadLetter(add(env.source("b-exhausted")), dlq.Exhausted),
+		deadLetter(add(replayedOnce), dlq.Permanent))
 	env.produce(t, 1,
-		deadLetter(add(env.source("d-conflict", trace)), Conflict),
-		deadLetter(add(env.source("e-exhausted")), Exhausted))
+		deadLetter(add(env.source("d-conflict", trace)), dlq.Conflict),
+		deadLetter(add(env.source("e-exhausted")), dlq.Exhausted))
 
-	sum := env.mustRun(t, ReplayOptions{})
+	sum := env.mustRun(t, Options{})
 	wantTotals(t, sum, Counts{Replayed: 5})
-	for r, n := range map[Reason]int{Invalid: 1, Permanent: 1, Conflict: 1, Exhausted: 2} {
+	for r, n := range map[dlq.Reason]int{dlq.Invalid: 1, dlq.Permanent: 1, dlq.Conflict: 1, dlq.Exhausted: 2} {
 		if got := sum.ByReason[r].Replayed; got != n {
 			t.Errorf("replayed %d %s records, want %d", got, r, n)
 		}
 	}
-	out := env.readAll(t, env.src)
+	out := kafkatest.MustReadTopic(t, env.brokers, env.src)
 	if got, want := sortedValues(out), []string{"a-invalid", "b-exhausted", "c-permanent", "d-conflict", "e-exhausted"}; !slices.Equal(got, want) {
 		t.Fatalf("source topic holds %v, want %v", got, want)
 	}
@@ -260,27 +213,27 @@ func TestReplayRepublishesAndResumes(t *testing.T) {
 		}
 		var wantHeaders []kafka.Header
 		for _, h := range src.Headers {
-			if h.Key != HeaderReplayCount {
+			if h.Key != dlq.HeaderReplayCount {
 				wantHeaders = append(wantHeaders, h)
 			}
 		}
-		wantHeaders = append(wantHeaders, kafka.Header{Key: HeaderReplayCount, Value: []byte(wantCount)})
+		wantHeaders = append(wantHeaders, kafka.Header{Key: dlq.HeaderReplayCount, Value: []byte(wantCount)})
 		if fmt.Sprint(m.Headers) != fmt.Sprint(wantHeaders) {
 			t.Errorf("%s: headers %v, want %v", m.Value, m.Headers, wantHeaders)
 		}
 	}
 	env.wantCommitted(t, map[int]int64{0: 3, 1: 2})
 
-	sum = env.mustRun(t, ReplayOptions{})
+	sum = env.mustRun(t, Options{})
 	wantTotals(t, sum, Counts{})
-	if n := len(env.readAll(t, env.src)); n != 5 {
+	if n := len(kafkatest.MustReadTopic(t, env.brokers, env.src)); n != 5 {
 		t.Fatalf("second run: source topic has %d records, want still 5", n)
 	}
 
-	env.produce(t, 1, deadLetter(env.source("f-exhausted"), Exhausted))
-	sum = env.mustRun(t, ReplayOptions{})
+	env.produce(t, 1, deadLetter(env.source("f-exhausted"), dlq.Exhausted))
+	sum = env.mustRun(t, Options{})
 	wantTotals(t, sum, Counts{Replayed: 1})
-	if got := sortedValues(env.readAll(t, env.src)); !slices.Contains(got, "f-exhausted") || len(got) != 6 {
+	if got := sortedValues(kafkatest.MustReadTopic(t, env.brokers, env.src)); !slices.Contains(got, "f-exhausted") || len(got) != 6 {
 		t.Fatalf("third run: source topic holds %v, want the 5 and f-exhausted", got)
 	}
 	env.wantCommitted(t, map[int]int64{0: 3, 1: 3})
@@ -291,22 +244,22 @@ func TestReplayRepublishesAndResumes(t *testing.T) {
 func TestReplayReasonFilter(t *testing.T) {
 	env := newReplayEnv(t, 1)
 	env.produce(t, 0,
-		deadLetter(env.source("invalid-1"), Invalid),
-		deadLetter(env.source("exhausted-1"), Exhausted),
-		deadLetter(env.source("permanent-1"), Permanent),
-		deadLetter(env.source("exhausted-2"), Exhausted))
-	sum := env.mustRun(t, ReplayOptions{Reason: Exhausted})
+		deadLetter(env.source("invalid-1"), dlq.Invalid),
+		deadLetter(env.source("exhausted-1"), dlq.Exhausted),
+		deadLetter(env.source("permanent-1"), dlq.Permanent),
+		deadLetter(env.source("exhausted-2"), dlq.Exhausted))
+	sum := env.mustRun(t, Options{Reason: dlq.Exhausted})
 	wantTotals(t, sum, Counts{Replayed: 2, Skipped: 2})
-	if sum.ByReason[Invalid].Skipped != 1 || sum.ByReason[Permanent].Skipped != 1 {
+	if sum.ByReason[dlq.Invalid].Skipped != 1 || sum.ByReason[dlq.Permanent].Skipped != 1 {
 		t.Errorf("by reason %v, want one invalid and one permanent skipped", sum.ByReason)
 	}
-	if got, want := sortedValues(env.readAll(t, env.src)), []string{"exhausted-1", "exhausted-2"}; !slices.Equal(got, want) {
+	if got, want := sortedValues(kafkatest.MustReadTopic(t, env.brokers, env.src)), []string{"exhausted-1", "exhausted-2"}; !slices.Equal(got, want) {
 		t.Fatalf("source topic holds %v, want %v", got, want)
 	}
 	env.wantCommitted(t, map[int]int64{0: 4})
 
 	// The skipped records are behind the group's position now.
-	sum = env.mustRun(t, ReplayOptions{Reason: Invalid})
+	sum = env.mustRun(t, Options{Reason: dlq.Invalid})
 	wantTotals(t, sum, Counts{})
 }
 
@@ -314,22 +267,22 @@ func TestReplayReasonFilter(t *testing.T) {
 // commits.
 func TestReplayDryRun(t *testing.T) {
 	env := newReplayEnv(t, 2)
-	env.produce(t, 0, deadLetter(env.source("one"), Exhausted), deadLetter(env.source("two"), Invalid))
-	env.produce(t, 1, deadLetter(env.source("three"), Exhausted))
-	sum := env.mustRun(t, ReplayOptions{DryRun: true, Reason: Exhausted})
+	env.produce(t, 0, deadLetter(env.source("one"), dlq.Exhausted), deadLetter(env.source("two"), dlq.Invalid))
+	env.produce(t, 1, deadLetter(env.source("three"), dlq.Exhausted))
+	sum := env.mustRun(t, Options{DryRun: true, Reason: dlq.Exhausted})
 	if !sum.DryRun {
 		t.Error("summary does not say dry run")
 	}
 	wantTotals(t, sum, Counts{Replayed: 2, Skipped: 1})
-	if n := len(env.readAll(t, env.src)); n != 0 {
+	if n := len(kafkatest.MustReadTopic(t, env.brokers, env.src)); n != 0 {
 		t.Fatalf("dry run produced %d records", n)
 	}
 	env.wantCommitted(t, map[int]int64{0: -1, 1: -1})
 
-	sum = env.mustRun(t, ReplayOptions{})
+	sum = env.mustRun(t, Options{})
 	wantTotals(t, sum, Counts{Replayed: 3})
 	// A dry run starts from the group's position too.
-	sum = env.mustRun(t, ReplayOptions{DryRun: true})
+	sum = env.mustRun(t, Options{DryRun: true})
 	wantTotals(t, sum, Counts{})
 }
 
@@ -337,19 +290,19 @@ func TestReplayDryRun(t *testing.T) {
 func TestReplayMax(t *testing.T) {
 	env := newReplayEnv(t, 1)
 	env.produce(t, 0,
-		deadLetter(env.source("e0"), Exhausted),
-		deadLetter(env.source("i1"), Invalid),
-		deadLetter(env.source("e2"), Exhausted),
-		deadLetter(env.source("e3"), Exhausted),
-		deadLetter(env.source("e4"), Exhausted))
-	opts := ReplayOptions{Max: 2, Reason: Exhausted}
+		deadLetter(env.source("e0"), dlq.Exhausted),
+		deadLetter(env.source("i1"), dlq.Invalid),
+		deadLetter(env.source("e2"), dlq.Exhausted),
+		deadLetter(env.source("e3"), dlq.Exhausted),
+		deadLetter(env.source("e4"), dlq.Exhausted))
+	opts := Options{Max: 2, Reason: dlq.Exhausted}
 	sum := env.mustRun(t, opts)
 	wantTotals(t, sum, Counts{Replayed: 2, Skipped: 1})
 	if !sum.MaxReached {
 		t.Error("MaxReached not set")
 	}
 	env.wantCommitted(t, map[int]int64{0: 3})
-	if got, want := sortedValues(env.readAll(t, env.src)), []string{"e0", "e2"}; !slices.Equal(got, want) {
+	if got, want := sortedValues(kafkatest.MustReadTopic(t, env.brokers, env.src)), []string{"e0", "e2"}; !slices.Equal(got, want) {
 		t.Fatalf("source topic holds %v, want %v", got, want)
 	}
 
@@ -368,12 +321,14 @@ func TestReplayMax(t *testing.T) {
 func TestReplayRefusesAtLimit(t *testing.T) {
 	env := newReplayEnv(t, 1)
 	env.maxReplays = 2
-	count := func(n int) kafka.Header { return kafka.Header{Key: HeaderReplayCount, Value: []byte(strconv.Itoa(n))} }
+	count := func(n int) kafka.Header {
+		return kafka.Header{Key: dlq.HeaderReplayCount, Value: []byte(strconv.Itoa(n))}
+	}
 	env.produce(t, 0,
-		deadLetter(env.source("fresh"), Exhausted),
-		deadLetter(env.source("once", count(1)), Exhausted),
-		deadLetter(env.source("twice", count(2)), Permanent),
-		deadLetter(env.source("after"), Exhausted))
+		deadLetter(env.source("fresh"), dlq.Exhausted),
+		deadLetter(env.source("once", count(1)), dlq.Exhausted),
+		deadLetter(env.source("twice", count(2)), dlq.Permanent),
+		deadLetter(env.source("after"), dlq.Exhausted))
 
 	wantRefusal := func(sum Summary, err error, replayed int) {
 		t.Helper()
@@ -389,27 +344,27 @@ func TestReplayRefusesAtLimit(t *testing.T) {
 		}
 		wantTotals(t, sum, Counts{Replayed: replayed, Refused: 1})
 	}
-	sum, err := env.run(t, ReplayOptions{})
+	sum, err := env.run(t, Options{})
 	wantRefusal(sum, err, 2)
 	env.wantCommitted(t, map[int]int64{0: 2})
-	if got, want := sortedValues(env.readAll(t, env.src)), []string{"fresh", "once"}; !slices.Equal(got, want) {
+	if got, want := sortedValues(kafkatest.MustReadTopic(t, env.brokers, env.src)), []string{"fresh", "once"}; !slices.Equal(got, want) {
 		t.Fatalf("source topic holds %v, want %v", got, want)
 	}
-	for _, m := range env.readAll(t, env.src) {
+	for _, m := range kafkatest.MustReadTopic(t, env.brokers, env.src) {
 		if string(m.Value) == "once" && !slices.Equal(replayCounts(m), []string{"2"}) {
-			t.Errorf("once: %s %v, want [2]", HeaderReplayCount, replayCounts(m))
+			t.Errorf("once: %s %v, want [2]", dlq.HeaderReplayCount, replayCounts(m))
 		}
 	}
 
 	// It stays in the way, for real and dry runs alike.
-	sum, err = env.run(t, ReplayOptions{})
+	sum, err = env.run(t, Options{})
 	wantRefusal(sum, err, 0)
-	sum, err = env.run(t, ReplayOptions{DryRun: true})
+	sum, err = env.run(t, Options{DryRun: true})
 	wantRefusal(sum, err, 0)
 	env.wantCommitted(t, map[int]int64{0: 2})
 
 	// The filter comes first: a run for another reason skips it.
-	sum = env.mustRun(t, ReplayOptions{Reason: Exhausted})
+	sum = env.mustRun(t, Options{Reason: dlq.Exhausted})
 	wantTotals(t, sum, Counts{Replayed: 1, Skipped: 1})
 	env.wantCommitted(t, map[int]int64{0: 4})
 }
@@ -422,27 +377,27 @@ func TestReplayRefusesUnsafeRecords(t *testing.T) {
 		mutate func(env *replayEnv, m *kafka.Message)
 		why    string
 	}{
-		{"no original topic", func(_ *replayEnv, m *kafka.Message) { m.Headers = dropHeader(m.Headers, HeaderOriginalTopic) },
+		{"no original topic", func(_ *replayEnv, m *kafka.Message) { m.Headers = dropHeader(m.Headers, dlq.HeaderOriginalTopic) },
 			"no dlq-original-topic header"},
-		{"empty original topic", func(_ *replayEnv, m *kafka.Message) { putHeader(m, HeaderOriginalTopic, "") },
+		{"empty original topic", func(_ *replayEnv, m *kafka.Message) { putHeader(m, dlq.HeaderOriginalTopic, "") },
 			"no dlq-original-topic header"},
-		{"another topic", func(_ *replayEnv, m *kafka.Message) { putHeader(m, HeaderOriginalTopic, "payments.internal") },
+		{"another topic", func(_ *replayEnv, m *kafka.Message) { putHeader(m, dlq.HeaderOriginalTopic, "payments.internal") },
 			`"payments.internal" is not the source topic`},
-		{"unreadable count", func(_ *replayEnv, m *kafka.Message) { putHeader(m, HeaderReplayCount, "-1") },
+		{"unreadable count", func(_ *replayEnv, m *kafka.Message) { putHeader(m, dlq.HeaderReplayCount, "-1") },
 			`dlq-replay-count "-1" is not a count`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := newReplayEnv(t, 1)
-			bad := deadLetter(env.source("bad"), Exhausted)
+			bad := deadLetter(env.source("bad"), dlq.Exhausted)
 			tc.mutate(env, &bad)
-			env.produce(t, 0, deadLetter(env.source("good"), Exhausted), bad)
-			sum, err := env.run(t, ReplayOptions{})
+			env.produce(t, 0, deadLetter(env.source("good"), dlq.Exhausted), bad)
+			sum, err := env.run(t, Options{})
 			var re *RefusedError
 			if !errors.As(err, &re) || re.Offset != 1 || !strings.Contains(re.Why, tc.why) {
 				t.Fatalf("Run: %v, want a refusal of offset 1 with %q", err, tc.why)
 			}
 			wantTotals(t, sum, Counts{Replayed: 1, Refused: 1})
-			if got := sortedValues(env.readAll(t, env.src)); !slices.Equal(got, []string{"good"}) {
+			if got := sortedValues(kafkatest.MustReadTopic(t, env.brokers, env.src)); !slices.Equal(got, []string{"good"}) {
 				t.Fatalf("source topic holds %v, want [good]", got)
 			}
 			env.wantCommitted(t, map[int]int64{0: 1})
@@ -463,7 +418,7 @@ func putHeader(m *kafka.Message, key, value string) {
 func TestReplayEndsWhileRecordsArrive(t *testing.T) {
 	env := newReplayEnv(t, 1)
 	for i := range 10 {
-		env.produce(t, 0, deadLetter(env.source("before-"+strconv.Itoa(i)), Exhausted))
+		env.produce(t, 0, deadLetter(env.source("before-"+strconv.Itoa(i)), dlq.Exhausted))
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	var written atomic.Int64
@@ -474,17 +429,15 @@ func TestReplayEndsWhileRecordsArrive(t *testing.T) {
 		defer w.Close()
 		for i := 0; ctx.Err() == nil; i++ {
 			src := kafka.Message{Topic: env.src, Value: []byte("during-" + strconv.Itoa(i))}
-			if w.WriteMessages(ctx, deadLetter(src, Exhausted)) == nil {
+			if w.WriteMessages(ctx, deadLetter(src, dlq.Exhausted)) == nil {
 				written.Add(1)
 			}
 		}
 	})
 	defer func() { stop(); wg.Wait() }()
-	for written.Load() < 5 {
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, 30*time.Second, "5 records written while the run starts", func() bool { return written.Load() >= 5 })
 	before := int(written.Load())
-	sum := env.mustRun(t, ReplayOptions{})
+	sum := env.mustRun(t, Options{})
 	after := int(written.Load())
 	if sum.Total.Replayed < 10+before || sum.Total.Replayed > 10+after {
 		t.Fatalf("replayed %d records, want between the %d written before the run and the %d written by its end",
@@ -504,7 +457,7 @@ func TestReplayConcurrentRuns(t *testing.T) {
 		for i := range 5 {
 			v := fmt.Sprintf("p%d-%d", p, i)
 			want = append(want, v)
-			recs = append(recs, deadLetter(env.source(v), Exhausted))
+			recs = append(recs, deadLetter(env.source(v), dlq.Exhausted))
 		}
 		env.produce(t, p, recs...)
 	}
@@ -513,7 +466,7 @@ func TestReplayConcurrentRuns(t *testing.T) {
 	sums := make([]Summary, 2)
 	errs := make([]error, 2)
 	for i := range 2 {
-		wg.Go(func() { sums[i], errs[i] = env.run(t, ReplayOptions{}) })
+		wg.Go(func() { sums[i], errs[i] = env.run(t, Options{}) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -526,7 +479,7 @@ func TestReplayConcurrentRuns(t *testing.T) {
 	}
 	// A record republished just before a rebalance may be there twice:
 	// harmless, the consumer deduplicates.
-	got := slices.Compact(sortedValues(env.readAll(t, env.src)))
+	got := slices.Compact(sortedValues(kafkatest.MustReadTopic(t, env.brokers, env.src)))
 	if !slices.Equal(got, want) {
 		t.Fatalf("source topic holds %v, want %v", got, want)
 	}
@@ -535,31 +488,31 @@ func TestReplayConcurrentRuns(t *testing.T) {
 
 // TestJudge checks the per-record decision without a broker.
 func TestJudge(t *testing.T) {
-	r := &Replayer{cfg: ReplayConfig{SourceTopic: "orders", MaxReplays: 3}}
+	r := &Replayer{cfg: Config{SourceTopic: "orders", MaxReplays: 3}}
 	h := func(k, v string) kafka.Header { return kafka.Header{Key: k, Value: []byte(v)} }
-	base := []kafka.Header{h("traceparent", "t"), h(HeaderOriginalTopic, "orders"), h(HeaderOriginalPartition, "2"),
-		h(HeaderOriginalOffset, "9"), h(HeaderConsumerGroup, "g"), h(HeaderReason, "exhausted"), h(HeaderError, "e"),
-		h(HeaderAttempts, "8"), h(HeaderFailedAt, "2026-01-01T00:00:00Z"), h("x-b", "b")}
+	base := []kafka.Header{h("traceparent", "t"), h(dlq.HeaderOriginalTopic, "orders"), h(dlq.HeaderOriginalPartition, "2"),
+		h(dlq.HeaderOriginalOffset, "9"), h(dlq.HeaderConsumerGroup, "g"), h(dlq.HeaderReason, "exhausted"), h(dlq.HeaderError, "e"),
+		h(dlq.HeaderAttempts, "8"), h(dlq.HeaderFailedAt, "2026-01-01T00:00:00Z"), h("x-b", "b")}
 	for _, tc := range []struct {
 		name      string
 		headers   []kafka.Header
-		filter    Reason
+		filter    dlq.Reason
 		skip      bool
 		why       string
 		wantCount string
 	}{
 		{name: "first replay", headers: base, wantCount: "1"},
-		{name: "matching filter", headers: base, filter: Exhausted, wantCount: "1"},
-		{name: "other reason", headers: base, filter: Invalid, skip: true},
-		{name: "no reason header, filtered", headers: dropHeader(base, HeaderReason), filter: Exhausted, skip: true},
-		{name: "no reason header", headers: dropHeader(base, HeaderReason), wantCount: "1"},
-		{name: "below the limit", headers: append(slices.Clone(base), h(HeaderReplayCount, "2")), wantCount: "3"},
-		{name: "at the limit", headers: append(slices.Clone(base), h(HeaderReplayCount, "3")), why: "dlq-replay-count 3 has reached the limit of 3 replays"},
-		{name: "filtered out at the limit", headers: append(slices.Clone(base), h(HeaderReplayCount, "3")), filter: Conflict, skip: true},
-		{name: "two counts, highest wins", headers: append(slices.Clone(base), h(HeaderReplayCount, "3"), h(HeaderReplayCount, "0")), why: "dlq-replay-count 3 has reached"},
-		{name: "garbage count", headers: append(slices.Clone(base), h(HeaderReplayCount, "two")), why: "is not a count"},
-		{name: "no origin", headers: dropHeader(base, HeaderOriginalTopic), why: "no dlq-original-topic"},
-		{name: "other origin", headers: append(dropHeader(base, HeaderOriginalTopic), h(HeaderOriginalTopic, "x")), why: "is not the source topic"},
+		{name: "matching filter", headers: base, filter: dlq.Exhausted, wantCount: "1"},
+		{name: "other reason", headers: base, filter: dlq.Invalid, skip: true},
+		{name: "no reason header, filtered", headers: dropHeader(base, dlq.HeaderReason), filter: dlq.Exhausted, skip: true},
+		{name: "no reason header", headers: dropHeader(base, dlq.HeaderReason), wantCount: "1"},
+		{name: "below the limit", headers: append(slices.Clone(base), h(dlq.HeaderReplayCount, "2")), wantCount: "3"},
+		{name: "at the limit", headers: append(slices.Clone(base), h(dlq.HeaderReplayCount, "3")), why: "dlq-replay-count 3 has reached the limit of 3 replays"},
+		{name: "filtered out at the limit", headers: append(slices.Clone(base), h(dlq.HeaderReplayCount, "3")), filter: dlq.Conflict, skip: true},
+		{name: "two counts, highest wins", headers: append(slices.Clone(base), h(dlq.HeaderReplayCount, "3"), h(dlq.HeaderReplayCount, "0")), why: "dlq-replay-count 3 has reached"},
+		{name: "garbage count", headers: append(slices.Clone(base), h(dlq.HeaderReplayCount, "two")), why: "is not a count"},
+		{name: "no origin", headers: dropHeader(base, dlq.HeaderOriginalTopic), why: "no dlq-original-topic"},
+		{name: "other origin", headers: append(dropHeader(base, dlq.HeaderOriginalTopic), h(dlq.HeaderOriginalTopic, "x")), why: "is not the source topic"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg := kafka.Message{Topic: "dlq", Key: []byte("k"), Value: []byte("v"), Headers: tc.headers}
@@ -570,23 +523,10 @@ func TestJudge(t *testing.T) {
 			if tc.skip || tc.why != "" {
 				return
 			}
-			want := []kafka.Header{h("traceparent", "t"), h("x-b", "b"), h(HeaderReplayCount, tc.wantCount)}
+			want := []kafka.Header{h("traceparent", "t"), h("x-b", "b"), h(dlq.HeaderReplayCount, tc.wantCount)}
 			if v.out.Topic != "orders" || string(v.out.Key) != "k" || string(v.out.Value) != "v" || fmt.Sprint(v.out.Headers) != fmt.Sprint(want) {
 				t.Fatalf("out %s %q %q %v, want orders k v %v", v.out.Topic, v.out.Key, v.out.Value, v.out.Headers, want)
 			}
 		})
-	}
-}
-
-func TestParseReason(t *testing.T) {
-	for _, s := range []string{"invalid", "permanent", "conflict", "exhausted"} {
-		if r, err := ParseReason(s); err != nil || string(r) != s {
-			t.Errorf("ParseReason(%q) = %q, %v", s, r, err)
-		}
-	}
-	for _, s := range []string{"", "Exhausted", "other"} {
-		if _, err := ParseReason(s); err == nil {
-			t.Errorf("ParseReason(%q) accepted", s)
-		}
 	}
 }

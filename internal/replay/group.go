@@ -1,4 +1,4 @@
-package dlq
+package replay
 
 import (
 	"cmp"
@@ -12,15 +12,15 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/billing-consumer/billing-consumer/internal/consumer"
+	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
 // replayRun is the state of one Run.
 type replayRun struct {
 	r      *Replayer
-	opts   ReplayOptions
+	opts   Options
 	sum    *Summary
-	bounds map[int]consumer.Bounds
+	bounds map[int]kafkagroup.Bounds
 	writer *kafka.Writer // nil in a dry run
 	log    *slog.Logger
 }
@@ -39,19 +39,10 @@ const (
 // rebalance, until every assigned partition reached its end of the start.
 func (run *replayRun) asGroup(ctx context.Context) error {
 	cfg := run.r.cfg
-	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID:                cfg.GroupID,
-		Brokers:           cfg.Brokers,
-		Dialer:            cfg.Dialer,
-		Topics:            []string{cfg.DLQTopic},
-		StartOffset:       kafka.FirstOffset,
-		SessionTimeout:    cfg.SessionTimeout,
-		RebalanceTimeout:  cfg.RebalanceTimeout,
-		HeartbeatInterval: cfg.HeartbeatInterval,
-		JoinGroupBackoff:  500 * time.Millisecond,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			run.log.Warn("kafka group: " + fmt.Sprintf(msg, args...))
-		}),
+	group, err := kafkagroup.Join(kafkagroup.GroupConfig{
+		ID: cfg.GroupID, Brokers: cfg.Brokers, Topic: cfg.DLQTopic, Dialer: cfg.Dialer,
+		SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
+		HeartbeatInterval: cfg.HeartbeatInterval, Logger: run.log,
 	})
 	if err != nil {
 		return fmt.Errorf("replay group %s: %w", cfg.GroupID, err)
@@ -83,13 +74,9 @@ func (run *replayRun) asGroup(ctx context.Context) error {
 	}
 }
 
-// leave closes the group (LeaveGroup: the next run joins at once), bounded.
+// leave leaves the group (the next run joins at once), bounded.
 func (run *replayRun) leave(group *kafka.ConsumerGroup) {
-	done := make(chan struct{})
-	go func() { _ = group.Close(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(commitTimeout):
+	if !kafkagroup.Leave(group, commitTimeout) {
 		run.log.Warn("leaving replay group timed out")
 	}
 }
@@ -116,18 +103,11 @@ func (run *replayRun) generation(ctx context.Context, gen *kafka.Generation) err
 	run.log.Info("replay partitions assigned", "generation", gen.ID, "partitions", ids)
 	for _, a := range assigned {
 		commit := func(next int64) error {
-			done := make(chan error, 1)
-			go func() { done <- gen.CommitOffsets(map[string]map[int]int64{topic: {a.ID: next}}) }()
-			select {
-			case err := <-done:
-				if errors.Is(err, kafka.RebalanceInProgress) || errors.Is(err, kafka.IllegalGeneration) ||
-					errors.Is(err, kafka.UnknownMemberId) || errors.Is(err, kafka.ErrGenerationEnded) {
-					return fmt.Errorf("%w: %w", errRebalanced, err)
-				}
-				return err
-			case <-time.After(commitTimeout):
-				return errors.New("offset commit timed out")
+			err := kafkagroup.Commit(gen, topic, a.ID, next, commitTimeout)
+			if kafkagroup.Rebalanced(err) {
+				return fmt.Errorf("%w: %w", errRebalanced, err)
 			}
+			return err
 		}
 		stop, err := run.partition(ctx, work, a.ID, a.Offset, commit)
 		if err != nil {
@@ -148,7 +128,7 @@ func (run *replayRun) generation(ctx context.Context, gen *kafka.Generation) err
 func (run *replayRun) dryRun(ctx context.Context) error {
 	topic := run.r.cfg.DLQTopic
 	ids := slices.Sorted(maps.Keys(run.bounds))
-	committed, err := consumer.CommittedOffsets(ctx, run.r.client, run.r.cfg.GroupID, topic, ids)
+	committed, err := kafkagroup.CommittedOffsets(ctx, run.r.client, run.r.cfg.GroupID, topic, ids)
 	if err != nil {
 		return err
 	}
@@ -165,17 +145,16 @@ func (run *replayRun) dryRun(ctx context.Context) error {
 	return nil
 }
 
-// partition replays one partition from the group's offset from (negative:
-// none) up to its end at the start of the run. commit is nil in a dry run.
-// Skipped records are committed with the next republished one or at the
-// end. stop reports that the run must end here (--max reached).
-func (run *replayRun) partition(ctx, work context.Context, partition int, from int64, commit func(int64) error) (stop bool, err error) {
-	cfg := run.r.cfg
-	b, ok := run.bounds[partition]
+// startOf returns the bounds of partition at the start of the run and the
+// offset to replay it from, given the group's offset from (negative:
+// none); ok is false when there is nothing to replay: the partition was
+// created after the start, or the group is at its end.
+func (run *replayRun) startOf(partition int, from int64) (b kafkagroup.Bounds, start int64, ok bool) {
+	b, ok = run.bounds[partition]
 	if !ok {
-		return false, nil // created after the start
+		return b, 0, false // created after the start
 	}
-	start := from
+	start = from
 	if start < b.First {
 		if start >= 0 {
 			run.log.Warn("dead-letter records expired before they were replayed", "partition", partition,
@@ -183,21 +162,26 @@ func (run *replayRun) partition(ctx, work context.Context, partition int, from i
 		}
 		start = b.First
 	}
-	if start >= b.End {
+	return b, start, start < b.End
+}
+
+// partition replays one partition from the group's offset from (negative:
+// none) up to its end at the start of the run. commit is nil in a dry run.
+// Skipped records are committed with the next republished one or at the
+// end. stop reports that the run must end here (--max reached).
+func (run *replayRun) partition(ctx, work context.Context, partition int, from int64, commit func(int64) error) (stop bool, err error) {
+	cfg := run.r.cfg
+	b, start, ok := run.startOf(partition, from)
+	if !ok {
 		return false, nil
 	}
 	log := run.log.With("partition", partition)
-	rd := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: cfg.Brokers, Topic: cfg.DLQTopic, Partition: partition, Dialer: cfg.Dialer,
-		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 250 * time.Millisecond, ReadLagInterval: -1,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			log.Warn("kafka reader", "detail", fmt.Sprintf(msg, args...))
-		}),
-	})
-	defer rd.Close()
-	if err := rd.SetOffset(start); err != nil {
-		return false, fmt.Errorf("read %s/%d from %d: %w", cfg.DLQTopic, partition, start, err)
+	rd, err := kafkagroup.OpenPartition(kafkagroup.ReaderConfig{Brokers: cfg.Brokers, Topic: cfg.DLQTopic,
+		Partition: partition, Dialer: cfg.Dialer, Logger: log}, start)
+	if err != nil {
+		return false, err
 	}
+	defer rd.Close()
 
 	// The DLQ writer is not transactional, so offsets are dense up to the
 	// end: the loop reaches it.

@@ -1,9 +1,11 @@
-package dlq
+package replay
 
 import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/billing-consumer/billing-consumer/internal/dlq"
 )
 
 // ReadBacklog counts what the replay group has not consumed, dates the
@@ -15,21 +17,21 @@ func TestReadBacklog(t *testing.T) {
 	defer cancel()
 	// A topic just created may not have its leaders yet: WatchBacklog
 	// retries on its interval, the test polls.
-	var b Backlog
+	var b dlq.Backlog
 	var err error
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if b, err = ReadBacklog(ctx, env.client, env.dlq, env.group); err == nil {
+		if b, err = dlq.ReadBacklog(ctx, env.client, env.dlq, env.group); err == nil {
 			break
 		}
 	}
 	if err != nil || b.Records != 0 || !b.Oldest.IsZero() {
 		t.Fatalf("empty topic: %+v, %v; want no records", b, err)
 	}
-	oldest := deadLetter(env.source("a"), Exhausted)
+	oldest := deadLetter(env.source("a"), dlq.Exhausted)
 	oldest.Time = time.Now().Add(-time.Hour) // the record timestamp the producer sets
-	env.produce(t, 0, oldest, deadLetter(env.source("b"), Invalid))
-	env.produce(t, 1, deadLetter(env.source("c"), Exhausted))
-	b, err = ReadBacklog(ctx, env.client, env.dlq, env.group)
+	env.produce(t, 0, oldest, deadLetter(env.source("b"), dlq.Invalid))
+	env.produce(t, 1, deadLetter(env.source("c"), dlq.Exhausted))
+	b, err = dlq.ReadBacklog(ctx, env.client, env.dlq, env.group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,8 +45,8 @@ func TestReadBacklog(t *testing.T) {
 		t.Errorf("Retention = %v, want the topic's retention.ms (the broker's default is finite)", b.Retention)
 	}
 
-	env.mustRun(t, ReplayOptions{})
-	b, err = ReadBacklog(ctx, env.client, env.dlq, env.group)
+	env.mustRun(t, Options{})
+	b, err = dlq.ReadBacklog(ctx, env.client, env.dlq, env.group)
 	if err != nil || b.Records != 0 || !b.Oldest.IsZero() {
 		t.Errorf("after a replay: %+v, %v; want no records", b, err)
 	}

@@ -1,4 +1,4 @@
-package dlq
+package replay
 
 import (
 	"cmp"
@@ -12,23 +12,13 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/billing-consumer/billing-consumer/internal/consumer"
+	"github.com/billing-consumer/billing-consumer/internal/dlq"
+	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
-// ParseReason returns the Reason named s, or an error if s is not one of
-// invalid, permanent, conflict, exhausted.
-func ParseReason(s string) (Reason, error) {
-	for _, r := range []Reason{Invalid, Permanent, Conflict, Exhausted} {
-		if s == string(r) {
-			return r, nil
-		}
-	}
-	return "", fmt.Errorf("unknown reason %q (want invalid, permanent, conflict or exhausted)", s)
-}
-
-// ReplayConfig configures a Replayer. Brokers, the topics, GroupID,
+// Config configures a Replayer. Brokers, the topics, GroupID,
 // MaxReplays and Logger are required.
-type ReplayConfig struct {
+type Config struct {
 	Brokers []string
 	// DLQTopic is read. SourceTopic is the only topic records are
 	// republished to.
@@ -50,8 +40,8 @@ type ReplayConfig struct {
 	SessionTimeout, RebalanceTimeout, HeartbeatInterval time.Duration
 }
 
-// ReplayOptions are the flags of one run.
-type ReplayOptions struct {
+// Options are the flags of one run.
+type Options struct {
 	// Max stops the run after this many republished records; 0: no limit.
 	Max int
 	// DryRun reads and judges records exactly as a run would, stopping
@@ -60,7 +50,7 @@ type ReplayOptions struct {
 	DryRun bool
 	// Reason, when set, replays only records of this dlq-reason and skips
 	// the others.
-	Reason Reason
+	Reason dlq.Reason
 }
 
 // Counts are the records of one reason, or of all.
@@ -71,14 +61,14 @@ type Counts struct{ Replayed, Skipped, Refused int }
 type Summary struct {
 	DryRun bool
 	// ByReason is keyed by the dlq-reason header ("" when missing).
-	ByReason map[Reason]Counts
+	ByReason map[dlq.Reason]Counts
 	Total    Counts
-	// MaxReached is true when the run stopped at ReplayOptions.Max with
+	// MaxReached is true when the run stopped at Options.Max with
 	// records possibly left before the end.
 	MaxReached bool
 }
 
-func (s *Summary) count(r Reason, f func(*Counts)) {
+func (s *Summary) count(r dlq.Reason, f func(*Counts)) {
 	c := s.ByReason[r]
 	f(&c)
 	s.ByReason[r] = c
@@ -139,12 +129,12 @@ func (e *RefusedError) Error() string {
 // event_id (processed_event) and on the ledger's order_id, and the provider
 // on the Idempotency-Key, so a record delivered twice charges once.
 type Replayer struct {
-	cfg    ReplayConfig
+	cfg    Config
 	client *kafka.Client
 }
 
-// NewReplayer validates cfg and returns a Replayer.
-func NewReplayer(cfg ReplayConfig) (*Replayer, error) {
+// New validates cfg and returns a Replayer.
+func New(cfg Config) (*Replayer, error) {
 	switch {
 	case len(cfg.Brokers) == 0 || cfg.DLQTopic == "" || cfg.SourceTopic == "" || cfg.GroupID == "" || cfg.Logger == nil:
 		return nil, errors.New("dlq replay: brokers, topics, group id and logger are required")
@@ -171,13 +161,13 @@ func NewReplayer(cfg ReplayConfig) (*Replayer, error) {
 // error: a *RefusedError, ctx's error, or a Kafka failure (after which a
 // rerun resumes; a record republished but not yet committed is republished
 // again, which is harmless).
-func (r *Replayer) Run(ctx context.Context, opts ReplayOptions) (Summary, error) {
-	sum := Summary{DryRun: opts.DryRun, ByReason: map[Reason]Counts{}}
+func (r *Replayer) Run(ctx context.Context, opts Options) (Summary, error) {
+	sum := Summary{DryRun: opts.DryRun, ByReason: map[dlq.Reason]Counts{}}
 	if opts.Max < 0 {
 		return sum, fmt.Errorf("max must not be negative, got %d", opts.Max)
 	}
 	if opts.Reason != "" {
-		if _, err := ParseReason(string(opts.Reason)); err != nil {
+		if _, err := dlq.ParseReason(string(opts.Reason)); err != nil {
 			return sum, err
 		}
 	}
@@ -216,14 +206,14 @@ func (r *Replayer) Run(ctx context.Context, opts ReplayOptions) (Summary, error)
 }
 
 // logBounds snapshots the dead-letter topic's partitions.
-func (r *Replayer) logBounds(ctx context.Context) (map[int]consumer.Bounds, error) {
-	return consumer.LogBounds(ctx, r.client, r.cfg.DLQTopic)
+func (r *Replayer) logBounds(ctx context.Context) (map[int]kafkagroup.Bounds, error) {
+	return kafkagroup.LogBounds(ctx, r.client, r.cfg.DLQTopic)
 }
 
 // verdict is what replay does with one record: skip it, refuse it (why),
 // or republish out.
 type verdict struct {
-	reason Reason
+	reason dlq.Reason
 	skip   bool
 	why    string
 	out    kafka.Message
@@ -231,18 +221,18 @@ type verdict struct {
 }
 
 // judge decides what to do with msg. It reads only msg's headers.
-func (r *Replayer) judge(msg kafka.Message, filter Reason) verdict {
+func (r *Replayer) judge(msg kafka.Message, filter dlq.Reason) verdict {
 	var v verdict
 	var origin, badCount string
 	hasOrigin, prev := false, 0
 	headers := make([]kafka.Header, 0, len(msg.Headers)+1)
 	for _, h := range msg.Headers {
 		switch h.Key {
-		case HeaderReason:
-			v.reason = Reason(h.Value)
-		case HeaderOriginalTopic:
+		case dlq.HeaderReason:
+			v.reason = dlq.Reason(h.Value)
+		case dlq.HeaderOriginalTopic:
 			origin, hasOrigin = string(h.Value), true
-		case HeaderReplayCount:
+		case dlq.HeaderReplayCount:
 			// Several counts (never written by Record) are read as the
 			// highest: the guard must not be bypassed.
 			n, err := strconv.Atoi(string(h.Value))
@@ -259,16 +249,16 @@ func (r *Replayer) judge(msg kafka.Message, filter Reason) verdict {
 	case filter != "" && v.reason != filter:
 		v.skip = true
 	case !hasOrigin || origin == "":
-		v.why = "no " + HeaderOriginalTopic + " header"
+		v.why = "no " + dlq.HeaderOriginalTopic + " header"
 	case origin != r.cfg.SourceTopic:
-		v.why = fmt.Sprintf("%s %q is not the source topic %q", HeaderOriginalTopic, origin, r.cfg.SourceTopic)
+		v.why = fmt.Sprintf("%s %q is not the source topic %q", dlq.HeaderOriginalTopic, origin, r.cfg.SourceTopic)
 	case badCount != "":
-		v.why = fmt.Sprintf("%s %q is not a count", HeaderReplayCount, badCount)
+		v.why = fmt.Sprintf("%s %q is not a count", dlq.HeaderReplayCount, badCount)
 	case prev >= r.cfg.MaxReplays:
-		v.why = fmt.Sprintf("%s %d has reached the limit of %d replays", HeaderReplayCount, prev, r.cfg.MaxReplays)
+		v.why = fmt.Sprintf("%s %d has reached the limit of %d replays", dlq.HeaderReplayCount, prev, r.cfg.MaxReplays)
 	default:
 		v.count = prev + 1
-		headers = append(headers, kafka.Header{Key: HeaderReplayCount, Value: []byte(strconv.Itoa(v.count))})
+		headers = append(headers, kafka.Header{Key: dlq.HeaderReplayCount, Value: []byte(strconv.Itoa(v.count))})
 		v.out = kafka.Message{Topic: r.cfg.SourceTopic, Key: msg.Key, Value: msg.Value, Headers: headers}
 	}
 	return v

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// The defaults come from the binary's help table; a variable missing from
+// it, or a default that is not a number, stops the bench.
+func TestParseDefaults(t *testing.T) {
+	const help = `Environment:
+BILLING_BATCH_SIZE                Integer                         31                             most events billed in one transaction
+BILLING_CONCURRENCY               Integer                         257                            events processed at once by this instance
+BILLING_PARTITION_WINDOW          Integer                         1000                           records of one partition fetched but not yet committable
+BILLING_KAFKA_TOPIC               String                                                         the source topic
+`
+	d, err := parseDefaults(help)
+	if err != nil || d != (defaults{Concurrency: 257, BatchSize: 31, PartitionWindow: 1000}) {
+		t.Fatalf("parseDefaults = %+v, %v", d, err)
+	}
+	if _, err := parseDefaults(strings.Replace(help, "BILLING_CONCURRENCY", "BILLING_OTHER", 1)); err == nil ||
+		!strings.Contains(err.Error(), "BILLING_CONCURRENCY") {
+		t.Errorf("without BILLING_CONCURRENCY: %v, want an error naming it", err)
+	}
+	if _, err := parseDefaults(strings.Replace(help, " 31 ", " 3x ", 1)); err == nil || !strings.Contains(err.Error(), "BILLING_BATCH_SIZE") {
+		t.Errorf("a default that is not a number: %v, want an error naming the variable", err)
+	}
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// validate checks the settings a command uses and reports every problem
+// at once, on one line: each starts with the variable to fix, separated by
+// "; ", so one restart shows all that is wrong.
+func (c config) validate(n need) error {
+	var errs []string
+	v := func(name, format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		if name != "" {
+			msg = fmt.Sprintf("%s_%s: %s", envPrefix, name, msg)
+		}
+		errs = append(errs, msg)
+	}
+	if !n.withoutDB && c.DatabaseURL == "" {
+		v("DATABASE_URL", "required (or BILLING_DATABASE_URL_FILE)")
+	} else if !n.withoutDB && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") &&
+		!strings.Contains(c.DatabaseURL, "=") {
+		v("DATABASE_URL", "not a postgres:// URL or key=value connection string")
+	}
+	if c.DBMaxConns < 0 {
+		v("DB_MAX_CONNS", "must be 0 (automatic) or positive, got %d", c.DBMaxConns)
+	}
+	if c.BatchSize < 1 || c.BatchSize > 1000 {
+		v("BATCH_SIZE", "must be between 1 and 1000, got %d", c.BatchSize)
+	}
+	if c.DBMaxConns > 0 && c.DBMaxConns <= reservedConns {
+		v("DB_MAX_CONNS", "must be above %d (connections kept for maintenance and readiness), got %d", reservedConns, c.DBMaxConns)
+	}
+	if c.Concurrency < 1 || c.Concurrency > 4096 {
+		v("CONCURRENCY", "must be between 1 and 4096, got %d", c.Concurrency)
+	}
+	if c.PartitionWindow < 1 || c.PartitionWindow > 1_000_000 {
+		v("PARTITION_WINDOW", "must be between 1 and 1000000, got %d", c.PartitionWindow)
+	}
+	if c.DedupRetention < 24*time.Hour {
+		v("DEDUP_RETENTION", "must be at least 24h (a redelivery may come a day late), got %s", c.DedupRetention)
+	}
+	if c.DedupPartitionsAhead < 2 || c.DedupPartitionsAhead > 60 {
+		v("DEDUP_PARTITIONS_AHEAD", "must be between 2 and 60, got %d", c.DedupPartitionsAhead)
+	}
+	if c.DedupLockTimeout <= 0 {
+		v("DEDUP_LOCK_TIMEOUT", "must be positive, got %s", c.DedupLockTimeout)
+	}
+	if c.RetentionInterval < time.Minute {
+		v("RETENTION_INTERVAL", "must be at least 1m, got %s", c.RetentionInterval)
+	}
+	if _, err := c.logLevel(); err != nil {
+		v("LOG_LEVEL", "%v", err)
+	}
+	if c.BatchLinger < 0 || c.BatchLinger > time.Second {
+		v("BATCH_LINGER", "must be between 0s and 1s, got %s", c.BatchLinger)
+	}
+	if c.DBTimeout < 100*time.Millisecond {
+		v("DB_TIMEOUT", "must be at least 100ms, got %s", c.DBTimeout)
+	}
+	if c.CompleterInterval < 100*time.Millisecond {
+		v("COMPLETER_INTERVAL", "must be at least 100ms, got %s", c.CompleterInterval)
+	}
+	if c.CompleterAfter <= 0 {
+		v("COMPLETER_AFTER", "must be positive, got %s", c.CompleterAfter)
+	}
+	if c.ClaimBlockAfter <= c.CompleterAfter {
+		v("CLAIM_BLOCK_AFTER", "must exceed BILLING_COMPLETER_AFTER (%s), got %s", c.CompleterAfter, c.ClaimBlockAfter)
+	}
+	if c.StartupBackoffMax < time.Second || c.StartupBackoffMax > 10*time.Minute {
+		v("STARTUP_BACKOFF_MAX", "must be between 1s and 10m, got %s", c.StartupBackoffMax)
+	}
+	if c.PprofAddr != "" {
+		if _, _, err := net.SplitHostPort(c.PprofAddr); err != nil || c.PprofAddr == c.HTTPAddr {
+			v("PPROF_ADDR", "must be a host:port other than BILLING_HTTP_ADDR, got %q", c.PprofAddr)
+		}
+	}
+	if n.kafka {
+		c.validateKafka(v)
+		c.validateDLQ(v)
+	}
+	if n.payment {
+		c.validatePayment(v)
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// problem records one configuration error about BILLING_<name>; an empty
+// name means the message names its variables itself.
+type problem func(name, format string, args ...any)
+
+func (c config) validateKafka(v problem) {
+	if len(c.KafkaBrokers) == 0 {
+		v("KAFKA_BROKERS", "required")
+	}
+	for _, b := range c.KafkaBrokers {
+		host, port, err := net.SplitHostPort(b)
+		if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
+			v("KAFKA_BROKERS", "%q is not host:port", b)
+			break
+		}
+	}
+	for _, nt := range [][2]string{{"KAFKA_TOPIC", c.KafkaTopic}, {"KAFKA_DLQ_TOPIC", c.KafkaDLQTopic}} {
+		name, topic := nt[0], nt[1]
+		if topic == "" || len(topic) > 249 || strings.Trim(topic, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
+			v(name, "%q is not a valid topic name", topic)
+		}
+	}
+	if c.KafkaTopic == c.KafkaDLQTopic && c.KafkaTopic != "" {
+		v("KAFKA_DLQ_TOPIC", "must differ from BILLING_KAFKA_TOPIC")
+	}
+	if c.KafkaGroupID == "" {
+		v("KAFKA_GROUP_ID", "required")
+	}
+	if c.KafkaCommitInterval < 0 || c.KafkaCommitInterval > time.Minute {
+		v("KAFKA_COMMIT_INTERVAL", "must be between 0s and 1m, got %s", c.KafkaCommitInterval)
+	}
+	if c.KafkaSessionTimeout < time.Second {
+		v("KAFKA_SESSION_TIMEOUT", "must be at least 1s (brokers also enforce group.min.session.timeout.ms, 6s by default), got %s", c.KafkaSessionTimeout)
+	}
+	if c.DrainTimeout <= 0 || c.DrainTimeout >= c.KafkaRebalanceTimeout || c.DrainTimeout >= c.KafkaSessionTimeout {
+		v("DRAIN_TIMEOUT", "must be positive and below BILLING_KAFKA_SESSION_TIMEOUT (%s) and BILLING_KAFKA_REBALANCE_TIMEOUT (%s), got %s",
+			c.KafkaSessionTimeout, c.KafkaRebalanceTimeout, c.DrainTimeout)
+	}
+	if c.ShutdownTimeout <= c.DrainTimeout {
+		v("SHUTDOWN_TIMEOUT", "must exceed BILLING_DRAIN_TIMEOUT (%s), got %s", c.DrainTimeout, c.ShutdownTimeout)
+	}
+	if c.KafkaLagInterval < time.Second {
+		v("KAFKA_LAG_INTERVAL", "must be at least 1s, got %s", c.KafkaLagInterval)
+	}
+	if c.DLQBacklogInterval < time.Second {
+		v("DLQ_BACKLOG_INTERVAL", "must be at least 1s, got %s", c.DLQBacklogInterval)
+	}
+	if err := c.validateKafkaSecurity(); err != nil {
+		v("", "%s", err.Error())
+	}
+}
+
+func (c config) validatePayment(v problem) {
+	u, err := url.Parse(c.PaymentURL)
+	if c.PaymentURL == "" {
+		v("PAYMENT_URL", "required")
+	} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		v("PAYMENT_URL", "must be an absolute http or https URL")
+	}
+	if c.PaymentTimeout <= 0 {
+		v("PAYMENT_TIMEOUT", "must be positive, got %s", c.PaymentTimeout)
+	}
+	if c.MaxAttempts < 1 || c.MaxAttempts > 100 {
+		v("MAX_ATTEMPTS", "must be between 1 and 100, got %d", c.MaxAttempts)
+	}
+	if c.OutageThreshold < 0 || c.OutageThreshold > 10000 {
+		v("OUTAGE_THRESHOLD", "must be between 0 and 10000, got %d", c.OutageThreshold)
+	}
+	if c.RetryBackoff <= 0 {
+		v("RETRY_BACKOFF", "must be positive, got %s", c.RetryBackoff)
+	}
+	if c.RetryBackoff > 0 && c.RetryBackoffMax < c.RetryBackoff {
+		v("RETRY_BACKOFF_MAX", "must be at least BILLING_RETRY_BACKOFF (%s), got %s", c.RetryBackoff, c.RetryBackoffMax)
+	}
+	if c.PaymentCAFile != "" && (u == nil || u.Scheme != "https") {
+		v("PAYMENT_CA_FILE", "set, but BILLING_PAYMENT_URL is not https")
+	}
+	if c.CompleterAfter > 0 && c.CompleterAfter <= c.PaymentTimeout {
+		v("COMPLETER_AFTER", "must be above BILLING_PAYMENT_TIMEOUT (%s), got %s", c.PaymentTimeout, c.CompleterAfter)
+	}
+	// The budget must outlast the outage detection: an event failing alone
+	// at low traffic must be seen as an outage, and pause, before it can be
+	// exhausted.
+	if c.RetryBudget < 0 || c.RetryBudget > 24*time.Hour {
+		v("RETRY_BUDGET", "must be between 0s and 24h, got %s", c.RetryBudget)
+	}
+	if c.OutageAfter < 0 || c.OutageAfter > time.Hour {
+		v("OUTAGE_AFTER", "must be between 0s and 1h, got %s", c.OutageAfter)
+	}
+	if c.RetryBudget > 0 && c.OutageAfter > 0 && c.RetryBudget <= c.OutageAfter {
+		v("RETRY_BUDGET", "must exceed BILLING_OUTAGE_AFTER (%s), or an event failing alone is exhausted before the outage is seen, got %s",
+			c.OutageAfter, c.RetryBudget)
+	}
+}
+
+func (c config) validateDLQ(v problem) {
+	if c.DLQMaxReplays < 1 || c.DLQMaxReplays > 100 {
+		v("DLQ_MAX_REPLAYS", "must be between 1 and 100, got %d", c.DLQMaxReplays)
+	}
+	// Joining the consumers' group with another topic would rebalance
+	// them, and replay would commit as if it were billing.
+	if c.dlqReplayGroup() == c.KafkaGroupID {
+		v("DLQ_REPLAY_GROUP_ID", "must differ from BILLING_KAFKA_GROUP_ID")
+	}
+}

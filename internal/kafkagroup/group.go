@@ -1,0 +1,134 @@
+// Package kafkagroup is the kafka-go plumbing shared by the billing
+// consumer (internal/consumer), the dead-letter replayer (internal/replay)
+// and the dead-letter tools (internal/dlq): joining a consumer group,
+// committing and leaving it with a bound, reading one partition from an
+// offset, and asking the brokers for a topic's offsets and a group's
+// position.
+//
+// What each caller does with a group generation (drain, commit policy,
+// rejoin) stays in the caller; this package only removes the copies of the
+// calls whose settings must not drift apart.
+package kafkagroup
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// GroupConfig configures Join. ID, Brokers, Topic and Logger are required.
+type GroupConfig struct {
+	ID      string
+	Brokers []string
+	Topic   string
+	Dialer  *kafka.Dialer // nil: kafka.DefaultDialer
+	// Zero timings are kafka-go's defaults (30s, 30s, 3s).
+	SessionTimeout, RebalanceTimeout, HeartbeatInterval time.Duration
+	// Logger receives kafka-go's group errors, as warnings.
+	Logger *slog.Logger
+}
+
+// Join returns a member of the consumer group cfg.ID on cfg.Topic. A
+// partition the group never committed starts at its earliest retained
+// record. The caller owns the group and must Leave it.
+func Join(cfg GroupConfig) (*kafka.ConsumerGroup, error) {
+	return kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                cfg.ID,
+		Brokers:           cfg.Brokers,
+		Dialer:            cfg.Dialer,
+		Topics:            []string{cfg.Topic},
+		StartOffset:       kafka.FirstOffset,
+		SessionTimeout:    cfg.SessionTimeout,
+		RebalanceTimeout:  cfg.RebalanceTimeout,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		JoinGroupBackoff:  500 * time.Millisecond,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			cfg.Logger.Warn("kafka group: " + fmt.Sprintf(msg, args...))
+		}),
+	})
+}
+
+// Leave closes group: kafka-go ends the current generation and sends
+// LeaveGroup, so the partitions move to another member at once instead of
+// after the session timeout. It waits at most timeout (a hung broker must
+// not hold the process) and reports whether the close finished; after a
+// timeout the close goes on in the background.
+func Leave(group *kafka.ConsumerGroup, timeout time.Duration) bool {
+	done := make(chan struct{})
+	go func() { _ = group.Close(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// Commit commits next, the offset of the next record to consume, for one
+// partition of topic in gen, waiting at most timeout. After a timeout the
+// commit may still land; committing the same or a later offset again is
+// harmless.
+func Commit(gen *kafka.Generation, topic string, partition int, next int64, timeout time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- gen.CommitOffsets(map[string]map[int]int64{topic: {partition: next}}) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		return errors.New("offset commit timed out")
+	}
+}
+
+// Rebalanced reports whether a Commit error means that gen has ended (a
+// rebalance took the partition away), rather than that the broker failed.
+func Rebalanced(err error) bool {
+	return errors.Is(err, kafka.RebalanceInProgress) || errors.Is(err, kafka.IllegalGeneration) ||
+		errors.Is(err, kafka.UnknownMemberId) || errors.Is(err, kafka.ErrGenerationEnded)
+}
+
+// ReaderConfig configures OpenPartition. Brokers and Topic are required.
+type ReaderConfig struct {
+	Brokers   []string
+	Topic     string
+	Partition int
+	Dialer    *kafka.Dialer // nil: kafka.DefaultDialer
+	MaxBytes  int           // largest fetch; zero: 10 MiB
+	// Logger, when set, receives the reader's errors as warnings.
+	Logger *slog.Logger
+}
+
+// OpenPartition returns a reader of one partition positioned at offset
+// (kafka.FirstOffset or kafka.LastOffset also work). Its lag poller is
+// off: lag comes from the brokers' offsets (see LogBounds). The caller
+// closes the reader.
+func OpenPartition(cfg ReaderConfig, offset int64) (*kafka.Reader, error) {
+	rc := kafka.ReaderConfig{
+		Brokers:   cfg.Brokers,
+		Topic:     cfg.Topic,
+		Partition: cfg.Partition,
+		Dialer:    cfg.Dialer,
+		MinBytes:  1,
+		MaxBytes:  cfg.MaxBytes,
+		MaxWait:   250 * time.Millisecond,
+		// The reader's own per-partition lag poller would only add load
+		// and noise.
+		ReadLagInterval: -1,
+	}
+	if rc.MaxBytes <= 0 {
+		rc.MaxBytes = 10 << 20
+	}
+	if log := cfg.Logger; log != nil {
+		rc.ErrorLogger = kafka.LoggerFunc(func(msg string, args ...any) {
+			log.Warn("kafka reader", "detail", fmt.Sprintf(msg, args...))
+		})
+	}
+	r := kafka.NewReader(rc)
+	if err := r.SetOffset(offset); err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("read %s/%d from %d: %w", cfg.Topic, cfg.Partition, offset, err)
+	}
+	return r, nil
+}
