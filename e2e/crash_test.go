@@ -76,6 +76,7 @@ func TestCrashTest(t *testing.T) {
 
 	p := w.start(t, env, "run")
 	w.waitDrained(t, p, 3*time.Minute)
+	w.waitSettled(t, p)
 	if err := p.Stop(30 * time.Second); err != nil {
 		t.Fatalf("graceful stop: %v (want exit code 0)", err)
 	}

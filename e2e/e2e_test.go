@@ -161,29 +161,32 @@ func (w *world) verifyWith(t *testing.T, c harness.Check) harness.Report {
 	return rep
 }
 
-// waitDrained waits until the group has committed the end of the topic,
-// then, while p still runs, up to pendingWait for the ledger claims left
-// pending (by a killed attempt, say) to be settled by their redelivery or
-// p's completer, as they are in production.
 func (w *world) waitDrained(t *testing.T, p *harness.Process, timeout time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- harness.WaitDrained(ctx, w.brokers, w.topic, w.group) }()
-	for drained := false; !drained; {
+	for {
 		select {
 		case err := <-done:
 			if err != nil {
 				t.Fatal(err)
 			}
-			drained = true
+			return
 		case <-time.After(200 * time.Millisecond):
 			if exited, err := p.Exited(); exited {
 				t.Fatalf("consumer exited early: %v", err)
 			}
 		}
 	}
+}
+
+// waitSettled waits, while p runs, up to pendingWait for the ledger claims
+// left pending (by a killed attempt, say) to be settled by their
+// redelivery or p's completer, as they are in production.
+func (w *world) waitSettled(t *testing.T, p *harness.Process) {
+	t.Helper()
 	for start := time.Now(); time.Since(start) < pendingWait; time.Sleep(200 * time.Millisecond) {
 		var n int
 		qctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

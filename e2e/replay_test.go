@@ -46,9 +46,11 @@ func TestReplayDuplicatesAreHarmless(t *testing.T) {
 	metricsAddr := kafkatest.FreePort(t)
 	// Outage detection and the retry budget off: this test wants the
 	// provider's failures to exhaust the events into the DLQ after two
-	// attempts, as a poison provider would.
+	// attempts, as a poison provider would. The completer waits an hour:
+	// the exhausted events' claims stay pending for the replay to settle.
 	p := w.start(t, []string{"BILLING_MAX_ATTEMPTS=2", "BILLING_RETRY_BUDGET=0", "BILLING_OUTAGE_THRESHOLD=0",
-		"BILLING_OUTAGE_AFTER=0", "BILLING_HTTP_ADDR=" + metricsAddr}, "run")
+		"BILLING_OUTAGE_AFTER=0", "BILLING_COMPLETER_AFTER=1h", "BILLING_CLAIM_BLOCK_AFTER=2h",
+		"BILLING_HTTP_ADDR=" + metricsAddr}, "run")
 	if err := harness.Produce(ctx, w.brokers, w.topic, healthy); err != nil {
 		t.Fatal(err)
 	}
