@@ -11,6 +11,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 )
 
 // processAll sends evs through one Batcher at once (one goroutine each)
@@ -34,12 +35,7 @@ func processAll(t *testing.T, e *env, maxBatch int, evs []events.OrderConfirmed)
 		if i == 0 {
 			// The first one holds the slot once its charge is at the
 			// provider.
-			for tries := 0; e.sim.InFlight() == 0; tries++ {
-				if tries == 1000 {
-					t.Fatal("the first event's charge never reached the provider")
-				}
-				time.Sleep(time.Millisecond)
-			}
+			poll.Until(t, 30*time.Second, "the first event's charge at the provider", func() bool { return e.sim.InFlight() > 0 })
 		}
 	}
 	wg.Wait()
@@ -248,15 +244,10 @@ func TestBatchLingersOnlyWhileBusy(t *testing.T) {
 	}
 	// Busy: a slow event holds one slot; four more trickle in and gather
 	// into one batch on the other slot.
-	e.sim.SetFaults(paysim.Faults{Latency: 200 * time.Millisecond})
+	e.sim.SetFaults(paysim.Faults{Latency: time.Second})
 	var wg sync.WaitGroup
 	wg.Go(func() { _, _ = b.Process(context.Background(), event(4501, 1)) })
-	for tries := 0; e.sim.InFlight() == 0; tries++ {
-		if tries == 1000 {
-			t.Fatal("the slow event never reached the provider")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, 30*time.Second, "the slow event's charge at the provider", func() bool { return e.sim.InFlight() > 0 })
 	for i := range 4 {
 		wg.Go(func() {
 			if res, err := b.Process(context.Background(), event(int64(4502+i), 1)); err != nil || res.Outcome != billing.Charged {
