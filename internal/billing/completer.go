@@ -13,6 +13,7 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/money"
+	"github.com/billing-consumer/billing-consumer/internal/pglock"
 )
 
 // settledMeanwhile is the Result of a claim that changed before it was held.
@@ -127,7 +128,7 @@ func (c *Completer) RunOnce(ctx context.Context, opt PassOptions) (PassReport, e
 	defer conn.Release()
 	var rep PassReport
 	if !opt.DryRun {
-		unlock, locked, err := advisoryLock(ctx, conn, completerLockKey, c.dbTimeout())
+		unlock, locked, err := pglock.TryLock(ctx, conn, completerLockKey, c.dbTimeout())
 		if err != nil {
 			return rep, fmt.Errorf("completer lock: %w", err)
 		}
@@ -331,22 +332,4 @@ func (c *Completer) dbTimeout() time.Duration {
 		return c.DBTimeout
 	}
 	return 10 * time.Second
-}
-
-// advisoryLock tries to take a session advisory lock on conn. unlock
-// releases it, or closes the connection (which releases it) when the
-// release fails.
-func advisoryLock(ctx context.Context, conn *pgxpool.Conn, key int64, timeout time.Duration) (unlock func(), locked bool, err error) {
-	lctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if err := conn.QueryRow(lctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&locked); err != nil || !locked {
-		return nil, false, err
-	}
-	return func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		defer cancel()
-		if _, err := conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
-			_ = conn.Hijack().Close(uctx)
-		}
-	}, true, nil
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billing-consumer/billing-consumer/internal/pglock"
 )
 
 // maintenanceLockKey is the Postgres advisory lock that lets one replica at
@@ -78,23 +80,15 @@ func (m *Maintainer) RunOnce(ctx context.Context) (Pass, error) {
 	}
 	defer conn.Release()
 
-	var locked bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", maintenanceLockKey).Scan(&locked); err != nil {
+	unlock, locked, err := pglock.TryLock(ctx, conn, maintenanceLockKey, 5*time.Second)
+	if err != nil {
 		return Pass{}, fmt.Errorf("dedup maintenance lock: %w", err)
 	}
 	if !locked {
 		n, err := countPartitions(ctx, conn)
 		return Pass{Skipped: true, Partitions: n}, err
 	}
-	defer func() {
-		// A session lock outlives the connection's return to the pool: if it
-		// cannot be released, close the connection, which releases it.
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", maintenanceLockKey); err != nil {
-			_ = conn.Hijack().Close(uctx)
-		}
-	}()
+	defer unlock()
 
 	if _, err := conn.Exec(ctx, fmt.Sprintf("SET lock_timeout = %d", m.LockTimeout.Milliseconds())); err != nil {
 		return Pass{}, fmt.Errorf("dedup maintenance: %w", err)
