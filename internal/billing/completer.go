@@ -87,8 +87,9 @@ type PassReport struct {
 	// Blocked are the blocked claims (the oldest 100), each with the
 	// completer's last word on it, for an operator.
 	Blocked []Settled
-	// Unsettled counts the claims after the pass.
+	// Unsettled counts the claims after the pass, when Counted.
 	Unsettled Unsettled
+	Counted   bool
 }
 
 // PassOptions tune one pass.
@@ -143,6 +144,7 @@ func (c *Completer) RunOnce(ctx context.Context, opt PassOptions) (PassReport, e
 	}
 	var uerr, berr error
 	rep.Unsettled, uerr = c.count(ctx, conn)
+	rep.Counted = uerr == nil
 	if rep.Unsettled.Blocked > 0 {
 		rep.Blocked, berr = c.blocked(ctx, conn)
 	}
@@ -306,8 +308,9 @@ func (c *Completer) count(ctx context.Context, conn *pgxpool.Conn) (Unsettled, e
 
 // Run makes a pass now and then every interval until ctx ends, logging
 // failures (the next pass retries). onPass, when not nil, sees the counts
-// after every pass that could read them: the service sets the ledger
-// gauges from them.
+// after every pass that could read them (whatever else failed): the
+// service sets the ledger gauges from them, and a pass that could not
+// count leaves the gauges as they were rather than zeroing them.
 func (c *Completer) Run(ctx context.Context, interval time.Duration, onPass func(Unsettled)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -316,7 +319,7 @@ func (c *Completer) Run(ctx context.Context, interval time.Duration, onPass func
 		if err != nil && ctx.Err() == nil {
 			c.Logger.ErrorContext(ctx, "completer pass failed", "err", err)
 		}
-		if onPass != nil && (err == nil || len(rep.Settled) > 0 || rep.Unsettled != (Unsettled{})) {
+		if onPass != nil && rep.Counted {
 			onPass(rep.Unsettled)
 		}
 		select {

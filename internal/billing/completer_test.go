@@ -40,7 +40,7 @@ func TestCompleterSettlesWhatTheProviderTook(t *testing.T) {
 	e.pendingClaim(t, ev, paysim.Faults{ResetRate: 1})
 
 	rep, err := e.completer(e.charger, 30*time.Second).RunOnce(context.Background(), billing.PassOptions{})
-	if err != nil || len(rep.Settled) != 0 || rep.Unsettled.Pending != 1 || rep.Unsettled.OldestPending != 30*time.Second {
+	if err != nil || !rep.Counted || len(rep.Settled) != 0 || rep.Unsettled.Pending != 1 || rep.Unsettled.OldestPending != 30*time.Second {
 		t.Fatalf("pass at 30s: %+v, %v; want nothing settled, 1 pending for 30s", rep, err)
 	}
 	rep, err = e.completer(e.charger, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{})
