@@ -102,7 +102,7 @@ type PassOptions struct {
 }
 
 const (
-	staleClaimsSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at FROM charge
+	staleClaimsSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token FROM charge
 WHERE status = 'pending' AND claimed_at < $1 ORDER BY claimed_at LIMIT $2`
 	unsettledSQL = `SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'blocked'),
 coalesce(min(claimed_at) FILTER (WHERE status = 'pending'), $1) FROM charge WHERE status <> 'charged'`

@@ -238,16 +238,12 @@ func (s *Service) lookup(ctx context.Context, evs []events.OrderConfirmed, idx [
 }
 
 // scanClaim scans order_id, event_id, customer_id, amount::text, status,
-// claimed_at and, when the query has it, claim_token.
+// claimed_at and claim_token.
 func scanClaim(row pgx.CollectableRow) (Claim, error) {
 	var c Claim
 	var amount string
-	dest := []any{&c.OrderID, &c.EventID, &c.CustomerID, &amount, &c.Status, &c.ClaimedAt}
-	var token *uuid.UUID
-	if len(row.FieldDescriptions()) > len(dest) {
-		dest = append(dest, &token)
-	}
-	if err := row.Scan(dest...); err != nil {
+	var token *uuid.UUID // NULL for claims made before claim_token existed
+	if err := row.Scan(&c.OrderID, &c.EventID, &c.CustomerID, &amount, &c.Status, &c.ClaimedAt, &token); err != nil {
 		return Claim{}, err
 	}
 	if token != nil {
