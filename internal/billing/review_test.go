@@ -15,6 +15,22 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/paysim"
 )
 
+// gatewayNotFound is a client to a gateway in front of the provider that
+// answers every charge 404 (a deploy, a wrong route): a definite refusal
+// that stores nothing under the key.
+func gatewayNotFound(t *testing.T) *payment.Client {
+	t.Helper()
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"error":{"code":"no_route"}}`, http.StatusNotFound)
+	}))
+	t.Cleanup(gw.Close)
+	c, err := payment.New(payment.Config{BaseURL: gw.URL, Token: "secret-token", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // Two deliveries of one event at once (a rebalance: the old owner still
 // billing, the new one starting from the committed offset). The first
 // creates the claim; its request is refused by something in front of the
@@ -25,14 +41,7 @@ import (
 // the order must not be free for a third event to charge again.
 func TestRedeliverySendsAfterTheCreatorReleasedTheClaim(t *testing.T) {
 	e := newEnv(t, "secret-token")
-	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, `{"error":{"code":"no_route"}}`, http.StatusNotFound)
-	}))
-	defer gw.Close()
-	gwClient, err := payment.New(payment.Config{BaseURL: gw.URL, Token: "secret-token", Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gwClient := gatewayNotFound(t)
 	ev := event(8101, 1000)
 	firstSending, secondPastLookup := make(chan struct{}), make(chan struct{})
 	first := newService(t, e.pool, chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
@@ -82,14 +91,7 @@ func TestRedeliverySendsAfterTheCreatorReleasedTheClaim(t *testing.T) {
 // is charged. The order must stay claimed: no other event may charge it.
 func TestCompleterSendsWhileTheCreatorReleasesTheClaim(t *testing.T) {
 	e := newEnv(t, "secret-token")
-	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, `{"error":{"code":"no_route"}}`, http.StatusNotFound)
-	}))
-	defer gw.Close()
-	gwClient, err := payment.New(payment.Config{BaseURL: gw.URL, Token: "secret-token", Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gwClient := gatewayNotFound(t)
 	ev := event(8102, 1000)
 	firstSending, completerSending, firstDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	first := newService(t, e.pool, chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
