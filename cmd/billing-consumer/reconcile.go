@@ -68,7 +68,7 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	defer pool.Close()
-	rep, err := completer(cfg, pool, payer.ForBilling(), logger).RunOnce(ctx, billing.PassOptions{OlderThan: *olderThan, DryRun: *dryRun})
+	rep, err := completer(cfg, pool, payer.ForBilling(), logger).RunOnce(ctx, billing.PassOptions{OlderThan: *olderThan, DryRun: *dryRun, ListBlocked: true})
 	printReconcile(stdout, rep)
 	return err
 }

@@ -85,7 +85,8 @@ type PassReport struct {
 	Skipped bool
 	Settled []Settled
 	// Blocked are the blocked claims (the oldest 100), each with the
-	// completer's last word on it, for an operator.
+	// completer's last word on it, for an operator; only with
+	// PassOptions.ListBlocked.
 	Blocked []Settled
 	// Unsettled counts the claims after the pass, when Counted.
 	Unsettled Unsettled
@@ -99,6 +100,9 @@ type PassOptions struct {
 	// DryRun lists the claims that would be settled without sending
 	// anything or changing the ledger.
 	DryRun bool
+	// ListBlocked also reads the blocked claims into the report (reconcile
+	// shows them; the service's own passes need only their count).
+	ListBlocked bool
 }
 
 const (
@@ -145,7 +149,7 @@ func (c *Completer) RunOnce(ctx context.Context, opt PassOptions) (PassReport, e
 	var uerr, berr error
 	rep.Unsettled, uerr = c.count(ctx, conn)
 	rep.Counted = uerr == nil
-	if rep.Unsettled.Blocked > 0 {
+	if opt.ListBlocked && rep.Unsettled.Blocked > 0 {
 		rep.Blocked, berr = c.blocked(ctx, conn)
 	}
 	return rep, errors.Join(err, uerr, berr)

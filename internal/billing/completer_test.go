@@ -82,7 +82,7 @@ func TestCompleterBlocksWhatItCannotSettle(t *testing.T) {
 		}
 		return e.charger.Charge(ctx, ch)
 	})
-	rep, err := e.completer(failing, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{})
+	rep, err := e.completer(failing, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{ListBlocked: true})
 	if err != nil {
 		t.Fatal(err)
 	}
