@@ -138,7 +138,7 @@ func (s *Service) markProcessed(ctx context.Context, tx pgx.Tx, evs []events.Ord
 	}
 	mctx, cancel := s.live(ctx)
 	defer cancel()
-	fresh, err := dedup.MarkProcessedBatch(mctx, tx, ids, s.group, s.now())
+	fresh, err := dedup.MarkProcessed(mctx, tx, ids, s.group, s.now())
 	if errors.Is(err, dedup.ErrNoPartition) {
 		return nil, err
 	}

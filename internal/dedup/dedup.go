@@ -25,38 +25,14 @@ import (
 // event by the charge ledger alone (SPEC §6).
 var ErrNoPartition = errors.New("event time outside the processed_event partitions")
 
-// Execer is the part of pgx.Tx (or pgx.Conn, pgxpool.Pool) that
-// MarkProcessed and Unmark need.
+// Execer is the part of pgx.Tx (or pgx.Conn, pgxpool.Pool) that Unmark needs.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Querier is the part of pgx.Tx that MarkProcessedBatch needs.
+// Querier is the part of pgx.Tx that MarkProcessed needs.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-const markSQL = `INSERT INTO processed_event (event_id, consumer_group, processed_at)
-VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
-
-// MarkProcessed inserts (eventID, group) into processed_event through tx,
-// which must be the transaction that also writes the event's business
-// result, so that both commit or neither does. It reports whether the row
-// is new: false means the group has already processed the event and the
-// caller must skip it. A concurrent transaction inserting the same event
-// makes this call wait until that transaction ends: only one of them sees
-// true. at is stored as processed_at.
-//
-// The error is ErrNoPartition (wrapped) when no partition holds the event.
-func MarkProcessed(ctx context.Context, tx Execer, eventID uuid.UUID, group string, at time.Time) (bool, error) {
-	tag, err := tx.Exec(ctx, markSQL, eventID, group, at)
-	if err != nil {
-		if noPartition(err) {
-			return false, fmt.Errorf("mark event %s processed: %w", eventID, ErrNoPartition)
-		}
-		return false, fmt.Errorf("mark event %s processed: %w", eventID, err)
-	}
-	return tag.RowsAffected() == 1, nil
 }
 
 // noPartition recognizes Postgres' "no partition of relation found for row"
@@ -66,20 +42,28 @@ func noPartition(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23514" && pgErr.TableName == "processed_event"
 }
 
-// The batch insert sorts its rows, so that concurrent batches take their
+// The insert sorts its rows, so that concurrent batches take their
 // row locks in one order and cannot deadlock on each other.
 const (
-	markBatchSQL = `INSERT INTO processed_event (event_id, consumer_group, processed_at)
+	markSQL = `INSERT INTO processed_event (event_id, consumer_group, processed_at)
 SELECT id, $2, $3 FROM unnest($1::uuid[]) AS id ORDER BY id
 ON CONFLICT DO NOTHING RETURNING event_id`
 	unmarkSQL = `DELETE FROM processed_event WHERE event_id = ANY($1) AND consumer_group = $2`
 )
 
-// MarkProcessedBatch is MarkProcessed for several distinct events in one
-// statement: it returns those whose row is new. One event outside every
-// partition fails the whole statement with ErrNoPartition (wrapped).
-func MarkProcessedBatch(ctx context.Context, tx Querier, eventIDs []uuid.UUID, group string, at time.Time) ([]uuid.UUID, error) {
-	rows, err := tx.Query(ctx, markBatchSQL, eventIDs, group, at)
+// MarkProcessed inserts (eventID, group) for each of eventIDs, which must
+// be distinct, into processed_event through tx, which must be the
+// transaction that also writes the events' business results, so that both
+// commit or neither does. It returns the events whose row is new; an
+// event not among them was already processed by the group and must be
+// skipped. A concurrent transaction inserting the same event makes this
+// call wait until that transaction ends: only one of them sees it new. at
+// is stored as processed_at.
+//
+// The error is ErrNoPartition (wrapped) when no partition holds one of
+// the events: the whole statement failed.
+func MarkProcessed(ctx context.Context, tx Querier, eventIDs []uuid.UUID, group string, at time.Time) ([]uuid.UUID, error) {
+	rows, err := tx.Query(ctx, markSQL, eventIDs, group, at)
 	if err == nil {
 		var fresh []uuid.UUID
 		fresh, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])

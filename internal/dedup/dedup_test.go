@@ -41,7 +41,7 @@ func mark(t *testing.T, pool *pgxpool.Pool, id uuid.UUID, at time.Time) (bool, e
 	var fresh bool
 	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
 		var err error
-		fresh, err = dedup.MarkProcessed(context.Background(), tx, id, group, at)
+		fresh, err = markOne(context.Background(), tx, id, group, at)
 		return err
 	})
 	return fresh, err
@@ -79,7 +79,7 @@ func TestMarkProcessedOnceAndAgainADayLater(t *testing.T) {
 	}
 	// Another consumer group processes the same event independently.
 	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
-		fresh, err := dedup.MarkProcessed(context.Background(), tx, id, "other-group", c.Now())
+		fresh, err := markOne(context.Background(), tx, id, "other-group", c.Now())
 		if err == nil && !fresh {
 			t.Error("another group's first mark was not fresh")
 		}
@@ -101,7 +101,7 @@ func TestMarkProcessedRollsBackWithTheTransaction(t *testing.T) {
 	id := events.IDAt(c.Now())
 	errBusiness := errors.New("charge failed")
 	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
-		if _, err := dedup.MarkProcessed(context.Background(), tx, id, group, c.Now()); err != nil {
+		if _, err := markOne(context.Background(), tx, id, group, c.Now()); err != nil {
 			return err
 		}
 		return errBusiness
@@ -245,4 +245,10 @@ func TestPartitionBoundsMatchUUIDv7(t *testing.T) {
 	if got := dedup.PartitionFor(time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC)).Lower().String(); got != "01a229c0-5400-0000-0000-000000000000" {
 		t.Errorf("lower bound of 30 Nov = %s", got)
 	}
+}
+
+// markOne marks one event processed and reports whether its row is new.
+func markOne(ctx context.Context, tx dedup.Querier, id uuid.UUID, group string, at time.Time) (bool, error) {
+	fresh, err := dedup.MarkProcessed(ctx, tx, []uuid.UUID{id}, group, at)
+	return len(fresh) == 1, err
 }

@@ -30,7 +30,7 @@ func markWithLockTimeout(ctx context.Context, pool *pgxpool.Pool, at time.Time) 
 		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+insertLockTimeout+"'"); err != nil {
 			return err
 		}
-		_, err := dedup.MarkProcessed(ctx, tx, events.IDAt(at), group, at)
+		_, err := markOne(ctx, tx, events.IDAt(at), group, at)
 		return err
 	})
 }
@@ -75,7 +75,7 @@ func TestMaintenanceNeverStallsInserts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Rollback(ctx) //nolint:errcheck // committed below; this is for early failures
-	if _, err := dedup.MarkProcessed(ctx, held, events.IDAt(c.Now()), group, c.Now()); err != nil {
+	if _, err := markOne(ctx, held, events.IDAt(c.Now()), group, c.Now()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -169,7 +169,7 @@ func interruptDetach(t *testing.T, pool *pgxpool.Pool, name string, at time.Time
 		t.Fatal(err)
 	}
 	defer held.Rollback(ctx) //nolint:errcheck // committed below
-	if _, err := dedup.MarkProcessed(ctx, held, events.IDAt(at), group, at); err != nil {
+	if _, err := markOne(ctx, held, events.IDAt(at), group, at); err != nil {
 		t.Fatal(err)
 	}
 	admin, err := pool.Acquire(ctx)
