@@ -52,3 +52,33 @@ func TestRefusalAfterAnUnknownOutcomeOfTheSameAttemptKeepsTheClaim(t *testing.T)
 		}
 	}
 }
+
+// A 401, 403 or 407 can come from something between us and the provider
+// that acted after the provider took the money (a WAF inspecting the
+// response, an auth proxy in front of a provider that had already been
+// reached through a retry). It is Systemic: the pipeline retries the
+// same event without limit, so releasing the claim buys nothing and lets
+// another event for the order charge it again.
+func TestCredentialsRefusedKeepTheClaim(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	for k, status := range []int{401, 403, 407} {
+		order := int64(9200 + k)
+		c := chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
+			if _, err := e.charger.Charge(ctx, ch); err != nil {
+				t.Fatalf("order %d: charge: %v", order, err)
+			}
+			return billing.ChargeResult{}, fault.New(fault.Systemic, &payment.Error{Status: status, Kind: fault.Systemic})
+		})
+		ev := event(order, 700)
+		if _, err := newService(t, e.pool, c).Process(billing.WithAttempt(context.Background()), ev); !fault.Is(err, fault.Systemic) {
+			t.Fatalf("order %d, %d: %v; want systemic", order, status, err)
+		}
+		if st := e.status(t, order); st != "pending" {
+			t.Errorf("order %d: after %d, ledger status %q; want pending", order, status, st)
+		}
+		other := event(order, 700)
+		if res, err := e.svc.Process(context.Background(), other); err == nil && res.Outcome == billing.Charged {
+			t.Errorf("order %d: another event charged it again after %d released the claim: charged twice at the provider", order, status)
+		}
+	}
+}
