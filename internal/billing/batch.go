@@ -147,7 +147,7 @@ func (b *Batcher) gather(first request) []request {
 func (b *Batcher) run(batch []request) {
 	ctx, cancel := allDone(batch)
 	defer cancel()
-	evs, attempts := make([]events.OrderConfirmed, len(batch)), make([]uuid.UUID, len(batch))
+	evs, attempts := make([]events.OrderConfirmed, len(batch)), make([]*attempt, len(batch))
 	for i, r := range batch {
 		evs[i], attempts[i] = r.ev, attemptOf(r.ctx)
 	}
@@ -187,13 +187,14 @@ func allDone(batch []request) (context.Context, context.CancelFunc) {
 // the charge phase fall back to one transaction per event, each deciding
 // alone whether it needs the ledger alone.
 //
-// attempts[i] identifies the attempt batch[i] belongs to (see WithAttempt).
-func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed, attempts []uuid.UUID) []response {
+// attempts[i] is the attempt batch[i] belongs to (see WithAttempt).
+func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed, attempts []*attempt) []response {
 	out := make([]response, len(batch))
 	// The same event twice in one batch (a redelivery beside its
 	// original): the later copy waits for the earlier one's outcome.
 	var evs []events.OrderConfirmed
 	var tokens []uuid.UUID
+	var atts []*attempt
 	var at []int // batch index of each of evs
 	seen := map[uuid.UUID]bool{}
 	for i, ev := range batch {
@@ -202,31 +203,34 @@ func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed,
 			continue
 		}
 		seen[ev.EventID] = true
-		evs, tokens, at = append(evs, ev), append(tokens, attempts[i]), append(at, i)
+		evs, tokens, at = append(evs, ev), append(tokens, attempts[i].id), append(at, i)
+		atts = append(atts, attempts[i])
 	}
 	var toCharge []events.OrderConfirmed
 	var created []bool
+	var chargeAtts []*attempt
 	var chargeAt []int
 	for k, c := range s.claimAll(ctx, evs, tokens) {
 		if !c.charge {
 			out[at[k]] = response{c.res, c.err}
 			continue
 		}
-		toCharge, created, chargeAt = append(toCharge, evs[k]), append(created, c.created), append(chargeAt, at[k])
+		toCharge, chargeAt = append(toCharge, evs[k]), append(chargeAt, at[k])
+		created, chargeAtts = append(created, c.created && !atts[k].unknown.Load()), append(chargeAtts, atts[k])
 	}
 	if len(toCharge) == 0 {
 		return out
 	}
-	charged, err := s.chargeAll(ctx, toCharge, created, true)
+	charged, err := s.chargeAll(ctx, toCharge, created, chargeAtts, true)
 	switch {
 	case errors.Is(err, dedup.ErrNoPartition):
 		var wg sync.WaitGroup
 		for k, ev := range toCharge {
 			wg.Go(func() {
-				res, err := s.charge(ctx, ev, created[k], true)
+				res, err := s.charge(ctx, ev, created[k], chargeAtts[k], true)
 				if errors.Is(err, dedup.ErrNoPartition) {
 					s.logger.WarnContext(ctx, "event outside dedup partitions, ledger decides", "event_id", ev.EventID, "order_id", ev.OrderID)
-					res, err = s.charge(ctx, ev, created[k], false)
+					res, err = s.charge(ctx, ev, created[k], chargeAtts[k], false)
 					res.DedupBypassed = true
 				}
 				out[chargeAt[k]] = response{res, err}

@@ -25,7 +25,8 @@
 // processed_event row with it, and the claim stays 'pending': the event's
 // redelivery or the Completer re-sends the same request and the provider
 // answers from its stored result. A definite refusal (400, 402, 404)
-// deletes the claim only when the same attempt created it; a 422 marks it
+// deletes the claim only when the same attempt created it and none of that
+// attempt's requests had an unknown outcome; a 422 marks it
 // 'blocked' for an operator. No rollback ever erases the only record that
 // money may have moved.
 package billing
@@ -34,6 +35,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -170,31 +172,45 @@ func New(cfg Config) (*Service, error) {
 // After an error the event is not marked processed, so it can be retried
 // or dead-lettered; its order's claim stays as SPEC §6 requires.
 func (s *Service) Process(ctx context.Context, ev events.OrderConfirmed) (Result, error) {
-	r := s.processAll(ctx, []events.OrderConfirmed{ev}, []uuid.UUID{attemptOf(ctx)})[0]
+	r := s.processAll(ctx, []events.OrderConfirmed{ev}, []*attempt{attemptOf(ctx)})[0]
 	return r.res, r.err
 }
 
 type attemptKey struct{}
 
+// attempt is one attempt at charging an event (see WithAttempt).
+type attempt struct {
+	// id is the claim_token of the claims this attempt creates.
+	id uuid.UUID
+	// unknown is set once a request of this attempt was sent and its
+	// outcome stayed unknown (timeout, reset, 5xx, a 2xx not recorded).
+	// From then on a refusal proves nothing about that earlier request
+	// (a gateway's 404, a WAF's 403, a decline while the first request is
+	// still in flight), so the attempt may no longer release its claim:
+	// it is left pending, for the completer.
+	unknown atomic.Bool
+}
+
 // WithAttempt returns a context that makes every Process call under it one
 // attempt at charging: the pipeline wraps the processing of one delivery,
 // its retries included. Only the attempt that created an order's claim may
-// release it on a definite refusal (SPEC §6); a redelivery, the completer
-// and reconcile are other attempts. Without it, each Process call is an
+// release it on a definite refusal (SPEC §6), and only while none of its
+// requests had an unknown outcome; a redelivery, the completer and
+// reconcile are other attempts. Without it, each Process call is an
 // attempt of its own.
 func WithAttempt(ctx context.Context) context.Context {
-	if _, ok := ctx.Value(attemptKey{}).(uuid.UUID); ok {
+	if _, ok := ctx.Value(attemptKey{}).(*attempt); ok {
 		return ctx
 	}
-	return context.WithValue(ctx, attemptKey{}, uuid.New())
+	return context.WithValue(ctx, attemptKey{}, &attempt{id: uuid.New()})
 }
 
 // attemptOf returns ctx's attempt, or a fresh one.
-func attemptOf(ctx context.Context) uuid.UUID {
-	if id, ok := ctx.Value(attemptKey{}).(uuid.UUID); ok {
-		return id
+func attemptOf(ctx context.Context) *attempt {
+	if a, ok := ctx.Value(attemptKey{}).(*attempt); ok {
+		return a
 	}
-	return uuid.New()
+	return &attempt{id: uuid.New()}
 }
 
 // chargeOf is the charge request of ev: key and body derive from the event

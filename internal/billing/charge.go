@@ -40,10 +40,10 @@ type response struct {
 	err error
 }
 
-// charge charges the claimed ev in one transaction; created says whether
-// this attempt created the claim.
-func (s *Service) charge(ctx context.Context, ev events.OrderConfirmed, created, withDedup bool) (Result, error) {
-	out, err := s.chargeAll(ctx, []events.OrderConfirmed{ev}, []bool{created}, withDedup)
+// charge charges the claimed ev in one transaction for attempt att;
+// created says whether att created the claim and may still release it.
+func (s *Service) charge(ctx context.Context, ev events.OrderConfirmed, created bool, att *attempt, withDedup bool) (Result, error) {
+	out, err := s.chargeAll(ctx, []events.OrderConfirmed{ev}, []bool{created}, []*attempt{att}, withDedup)
 	if err != nil {
 		return Result{}, err
 	}
@@ -62,7 +62,10 @@ func (s *Service) charge(ctx context.Context, ev events.OrderConfirmed, created,
 // the provider charged but whose record did not commit gets a Transient
 // error, its claim still pending: the retry gets the provider's stored
 // answer.
-func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, created []bool, withDedup bool) ([]response, error) {
+//
+// atts[i] is evs[i]'s attempt: a request sent without a definite answer
+// marks it unknown, so that none of its later refusals releases the claim.
+func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, created []bool, atts []*attempt, withDedup bool) ([]response, error) {
 	bctx, cancel := s.live(ctx)
 	tx, err := s.db.Begin(bctx)
 	cancel()
@@ -125,6 +128,11 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 		}
 	}
 	end()
+	for _, i := range send {
+		if out[i].err != nil && !definiteRefusal(out[i].err) {
+			atts[i].unknown.Store(true)
+		}
+	}
 	s.settleFailed(ctx, evs, created, failed, out)
 	return out, nil
 }

@@ -63,14 +63,16 @@ func (e *Error) Error() string {
 
 // NotTaken reports whether the attempt proves that the provider did not
 // take the money: it refused the charge (Permanent: 400, 402, 404, ...),
-// refused our credentials (401, 403, 407), or the request was never sent
-// (the provider's certificate failed verification). A redirect, a 409, a
-// 422 or any outcome without an answer proves nothing.
+// refused our credentials (401, or 407 from a forward proxy: both answer
+// the request before it is passed on), or the request was never sent (the
+// provider's certificate failed verification). A redirect, a 403 (a WAF
+// may answer it from the provider's response, after the charge was
+// taken), a 409, a 422 or any outcome without an answer proves nothing.
 func (e *Error) NotTaken() bool {
 	switch {
 	case e.Kind == fault.Permanent:
 		return true
-	case e.Status == http.StatusUnauthorized, e.Status == http.StatusForbidden, e.Status == http.StatusProxyAuthRequired:
+	case e.Status == http.StatusUnauthorized, e.Status == http.StatusProxyAuthRequired:
 		return true
 	default:
 		return e.Status == 0 && e.Kind == fault.Systemic

@@ -8,7 +8,10 @@ import (
 // tlsRejected reports whether err is a TLS handshake that failed on our
 // side: the provider's certificate does not verify against the roots
 // (system or Config.TLS.RootCAs) or does not name the host, or the server
-// answered with something that is not TLS. (An HTTP server at an https URL
+// answered with something that is not TLS as its first record (then
+// crypto/tls sets RecordHeaderError.Conn; a broken record later, after the
+// request may have been sent, is an unknown outcome and stays Transient).
+// (An HTTP server at an https URL
 // is not recognised: net/http reports it with an untyped error, which stays
 // Transient, and the outage detection pauses.) No request was sent, and every event would
 // fail alike until the configuration (BILLING_PAYMENT_URL,
@@ -20,5 +23,5 @@ func tlsRejected(err error) bool {
 		verify *tls.CertificateVerificationError
 		record tls.RecordHeaderError
 	)
-	return errors.As(err, &verify) || errors.As(err, &record)
+	return errors.As(err, &verify) || errors.As(err, &record) && record.Conn != nil
 }
