@@ -16,7 +16,8 @@
 --            automatically.
 --
 -- A claim is deleted only when the attempt that created it got a definite
--- refusal (400, 402, 404): then no money moved.
+-- refusal (400, 402, 404) and none of its requests had an unknown outcome:
+-- then no money moved.
 ALTER TABLE charge DROP CONSTRAINT charge_status_check;
 ALTER TABLE charge ADD CONSTRAINT charge_status_check
     CHECK (status IN ('pending', 'charged', 'blocked'));
