@@ -167,7 +167,7 @@ func (s *Service) markProcessed(ctx context.Context, tx pgx.Tx, evs []events.Ord
 // from the ledger). Its error, in tx, means that nothing was sent.
 func (s *Service) hold(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed, created []bool, todo []int, out []response) ([]int, error) {
 	var orders []int64
-	var ids []uuid.UUID
+	var ids [][16]byte // binary uuids (see claimOnce)
 	for _, i := range todo {
 		if !created[i] {
 			orders, ids = append(orders, evs[i].OrderID), append(ids, evs[i].EventID)
@@ -182,7 +182,7 @@ func (s *Service) hold(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirm
 	if err != nil {
 		return nil, classifyDB(fmt.Errorf("hold %d claims: %w", len(orders), err))
 	}
-	held, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	held, err := pgx.CollectRows(rows, dedup.ScanUUID)
 	if err != nil {
 		return nil, classifyDB(fmt.Errorf("hold %d claims: %w", len(orders), err))
 	}
@@ -230,7 +230,7 @@ func (s *Service) sendAll(ctx context.Context, evs []events.OrderConfirmed, idx 
 func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed, out []response, charged, failed []int, withDedup bool) error {
 	wctx, cancel := s.detached(ctx)
 	defer cancel()
-	orders, ids, chargeIDs := make([]int64, len(charged)), make([]uuid.UUID, len(charged)), make([]string, len(charged))
+	orders, ids, chargeIDs := make([]int64, len(charged)), make([][16]byte, len(charged)), make([]string, len(charged))
 	for k, i := range charged {
 		orders[k], ids[k], chargeIDs[k] = evs[i].OrderID, evs[i].EventID, out[i].res.ChargeID
 	}

@@ -7,7 +7,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/money"
@@ -139,8 +141,10 @@ func (s *Service) claimAll(ctx context.Context, evs []events.OrderConfirmed, att
 // claimOnce claims the events evs[todo], fills in out and returns those to
 // claim again.
 func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, attempts []uuid.UUID, todo []int, out []claimed) ([]int, error) {
-	orders, ids := make([]int64, len(todo)), make([]uuid.UUID, len(todo))
-	customers, amounts, tokens := make([]int64, len(todo)), make([]string, len(todo)), make([]uuid.UUID, len(todo))
+	// Event ids and tokens as [16]byte: pgx encodes those in binary as they
+	// are (a uuid.UUID would go through its text form).
+	orders, ids := make([]int64, len(todo)), make([][16]byte, len(todo))
+	customers, amounts, tokens := make([]int64, len(todo)), make([]string, len(todo)), make([][16]byte, len(todo))
 	for k, i := range todo {
 		ev := evs[i]
 		orders[k], ids[k], customers[k], amounts[k], tokens[k] = ev.OrderID, ev.EventID, ev.CustomerID, ev.TotalAmount.String(), attempts[i]
@@ -151,7 +155,7 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 	if err != nil {
 		return todo, classifyDB(fmt.Errorf("claim %d orders: %w", len(todo), err))
 	}
-	won, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	won, err := pgx.CollectRows(rows, dedup.ScanUUID)
 	if err != nil {
 		// The statement's outcome is unknown: it may have committed. Each
 		// event finds out on its retry, which sees its own pending claim.
@@ -216,7 +220,7 @@ func (l ledgerRows) forEvent(ev events.OrderConfirmed) (Claim, bool) {
 
 // lookup reads the ledger rows that stopped the claims of evs[idx].
 func (s *Service) lookup(ctx context.Context, evs []events.OrderConfirmed, idx []int) (ledgerRows, error) {
-	orders, ids := make([]int64, len(idx)), make([]uuid.UUID, len(idx))
+	orders, ids := make([]int64, len(idx)), make([][16]byte, len(idx))
 	for k, i := range idx {
 		orders[k], ids[k] = evs[i].OrderID, evs[i].EventID
 	}
@@ -242,12 +246,12 @@ func (s *Service) lookup(ctx context.Context, evs []events.OrderConfirmed, idx [
 func scanClaim(row pgx.CollectableRow) (Claim, error) {
 	var c Claim
 	var amount string
-	var token *uuid.UUID // NULL for claims made before claim_token existed
-	if err := row.Scan(&c.OrderID, &c.EventID, &c.CustomerID, &amount, &c.Status, &c.ClaimedAt, &token); err != nil {
+	var token pgtype.UUID // NULL for claims made before claim_token existed
+	if err := row.Scan(&c.OrderID, (*[16]byte)(&c.EventID), &c.CustomerID, &amount, &c.Status, &c.ClaimedAt, &token); err != nil {
 		return Claim{}, err
 	}
-	if token != nil {
-		c.Attempt = *token
+	if token.Valid {
+		c.Attempt = token.Bytes
 	}
 	a, err := money.ParseAmount(amount)
 	if err != nil {
@@ -267,7 +271,7 @@ func (s *Service) settleRefused(ctx context.Context, release, block []events.Ord
 		if len(evs) == 0 {
 			return
 		}
-		orders, ids := make([]int64, len(evs)), make([]uuid.UUID, len(evs))
+		orders, ids := make([]int64, len(evs)), make([][16]byte, len(evs))
 		for k, ev := range evs {
 			orders[k], ids[k] = ev.OrderID, ev.EventID
 		}

@@ -63,10 +63,10 @@ ON CONFLICT DO NOTHING RETURNING event_id`
 // The error is ErrNoPartition (wrapped) when no partition holds one of
 // the events: the whole statement failed.
 func MarkProcessed(ctx context.Context, tx Querier, eventIDs []uuid.UUID, group string, at time.Time) ([]uuid.UUID, error) {
-	rows, err := tx.Query(ctx, markSQL, eventIDs, group, at)
+	rows, err := tx.Query(ctx, markSQL, Binary(eventIDs), group, at)
 	if err == nil {
 		var fresh []uuid.UUID
-		fresh, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		fresh, err = pgx.CollectRows(rows, ScanUUID)
 		if err == nil {
 			return fresh, nil
 		}
@@ -82,8 +82,29 @@ func MarkProcessed(ctx context.Context, tx Querier, eventIDs []uuid.UUID, group 
 // the mark of the events that did not finish, so that a retry or a replay
 // processes them afresh.
 func Unmark(ctx context.Context, tx Execer, eventIDs []uuid.UUID, group string) error {
-	if _, err := tx.Exec(ctx, unmarkSQL, eventIDs, group); err != nil {
+	if _, err := tx.Exec(ctx, unmarkSQL, Binary(eventIDs), group); err != nil {
 		return fmt.Errorf("unmark %d events: %w", len(eventIDs), err)
 	}
 	return nil
+}
+
+// Binary returns ids as pgx encodes a uuid[] natively, 16 bytes each.
+// A uuid.UUID is a driver.Valuer, which pgx asks for its text form and
+// parses back, for every element of every statement; a [16]byte goes
+// straight into the binary protocol.
+func Binary(ids []uuid.UUID) [][16]byte {
+	out := make([][16]byte, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
+}
+
+// ScanUUID is a pgx.RowToFunc for a row of one uuid, read in pgx's native
+// binary form: scanned into a uuid.UUID directly, pgx would go through
+// its sql.Scanner and the text form.
+func ScanUUID(row pgx.CollectableRow) (uuid.UUID, error) {
+	var id uuid.UUID
+	err := row.Scan((*[16]byte)(&id))
+	return id, err
 }
