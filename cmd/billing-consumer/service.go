@@ -116,7 +116,8 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 	}
 	var biller pipeline.Biller = svc
 	if cfg.BatchSize > 1 {
-		batcher := billing.NewBatcher(svc, cfg.BatchSize, int(cfg.dbMaxConns())-reservedConns, cfg.BatchLinger, s.m.Batch)
+		batcher := billing.NewBatcher(svc, billing.BatcherConfig{MaxBatch: cfg.BatchSize, MaxInFlight: int(cfg.dbMaxConns()) - reservedConns,
+			Linger: cfg.BatchLinger, Callers: cfg.Concurrency, Observe: s.m.Batch})
 		s.onClose(batcher.Close) // after the consumer has drained
 		biller = batcher
 	}

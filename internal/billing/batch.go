@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,18 +27,43 @@ import (
 // re-sends its own request and the provider replays its stored answer.
 //
 // Events queue while MaxInFlight batches are running, and the next batch
-// takes up to MaxBatch of them: under light load every event runs at once,
-// alone; under heavy load the batches grow.
+// takes up to MaxBatch of them. Under load (see gather) a batch waits up
+// to Linger to fill; an idle service bills every event at once, alone.
 type Batcher struct {
-	svc         *Service
-	maxBatch    int
-	queue       chan request
-	slots       chan struct{}
-	wg          sync.WaitGroup
-	stop        chan struct{}
-	stopOnce    sync.Once
-	batchSizeFn func(int) // observes batch sizes; may be nil
-	linger      time.Duration
+	svc      *Service
+	cfg      BatcherConfig
+	queue    chan request
+	slots    chan struct{}
+	charges  *workers
+	wg       sync.WaitGroup
+	stop     chan struct{}
+	stopOnce sync.Once
+	// callers counts the Process calls under way: queued, in the batch
+	// being gathered, or in a running batch.
+	callers atomic.Int64
+	// lastArrival is when the loop last took an event from the queue;
+	// only the loop uses it.
+	lastArrival time.Time
+	timer       *time.Timer // the loop's linger timer, stopped when unused
+}
+
+// BatcherConfig shapes a Batcher.
+type BatcherConfig struct {
+	// MaxBatch is the most events in one batch (BILLING_BATCH_SIZE).
+	MaxBatch int
+	// MaxInFlight is the most batches running at once, each holding a
+	// database connection.
+	MaxInFlight int
+	// Linger is the longest a batch waits to fill under load
+	// (BILLING_BATCH_LINGER); 0 never waits.
+	Linger time.Duration
+	// Callers is the most Process calls that can be under way at once
+	// (BILLING_CONCURRENCY); 0 means unknown. Once that many are in, no
+	// other event can come, so a batch stops waiting: with 1 (the
+	// sequential mode) nothing ever waits.
+	Callers int
+	// Observe, when not nil, sees the size of every batch.
+	Observe func(size int)
 }
 
 type request struct {
@@ -46,16 +72,21 @@ type request struct {
 	done chan response
 }
 
-// NewBatcher returns a Batcher over svc running at most maxInFlight
-// batches of at most maxBatch events; a batch formed while others are in
-// flight waits up to linger to fill. observe, when not nil, sees the size
-// of every batch. Call Close when done.
-func NewBatcher(svc *Service, maxBatch, maxInFlight int, linger time.Duration, observe func(size int)) *Batcher {
-	b := &Batcher{
-		svc: svc, maxBatch: max(1, maxBatch),
-		queue: make(chan request), slots: make(chan struct{}, max(1, maxInFlight)),
-		stop: make(chan struct{}), batchSizeFn: observe, linger: linger,
+// NewBatcher returns a Batcher over svc shaped by cfg, with a pool of
+// long-lived workers for the charges of its batches, as many as there can
+// be charges at once. Call Close when done.
+func NewBatcher(svc *Service, cfg BatcherConfig) *Batcher {
+	cfg.MaxBatch, cfg.MaxInFlight = max(1, cfg.MaxBatch), max(1, cfg.MaxInFlight)
+	// The first charge of a batch runs on the batch's own goroutine.
+	n := cfg.MaxBatch*cfg.MaxInFlight - cfg.MaxInFlight
+	if cfg.Callers > 0 {
+		n = min(n, cfg.Callers)
 	}
+	b := &Batcher{
+		svc: svc, cfg: cfg, queue: make(chan request), slots: make(chan struct{}, cfg.MaxInFlight),
+		charges: newWorkers(n), stop: make(chan struct{}), timer: time.NewTimer(time.Hour),
+	}
+	b.timer.Stop()
 	b.wg.Go(b.loop)
 	return b
 }
@@ -63,6 +94,8 @@ func NewBatcher(svc *Service, maxBatch, maxInFlight int, linger time.Duration, o
 // Process bills ev, batched with whatever else is waiting. It returns what
 // Service.Process would return for ev alone. Safe for concurrent use.
 func (b *Batcher) Process(ctx context.Context, ev events.OrderConfirmed) (Result, error) {
+	b.callers.Add(1)
+	defer b.callers.Add(-1)
 	r := request{ctx: ctx, ev: ev, done: make(chan response, 1)}
 	select {
 	case b.queue <- r:
@@ -82,6 +115,7 @@ func (b *Batcher) Process(ctx context.Context, ev events.OrderConfirmed) (Result
 func (b *Batcher) Close() {
 	b.stopOnce.Do(func() { close(b.stop) })
 	b.wg.Wait()
+	b.charges.close()
 }
 
 func (b *Batcher) loop() {
@@ -92,15 +126,18 @@ func (b *Batcher) loop() {
 		case <-b.stop:
 			return
 		}
+		now := time.Now()
+		busy := len(b.slots) > 0 || now.Sub(b.lastArrival) < b.cfg.Linger
+		b.lastArrival = now
 		select { // wait for a slot; requests queue meanwhile
 		case b.slots <- struct{}{}:
 		case <-b.stop:
 			first.done <- response{err: errors.New("billing batcher closed")}
 			return
 		}
-		batch := b.gather(first)
-		if b.batchSizeFn != nil {
-			b.batchSizeFn(len(batch))
+		batch := b.gather(first, busy)
+		if b.cfg.Observe != nil {
+			b.cfg.Observe(len(batch))
 		}
 		b.wg.Go(func() {
 			defer func() { <-b.slots }()
@@ -109,38 +146,54 @@ func (b *Batcher) loop() {
 	}
 }
 
-// gather takes what is queued behind first, up to maxBatch. While other
-// batches are in flight (the service is busy), it waits up to linger for
-// more: a batch of one costs a claim commit and a charge commit for one
-// event, a batch of 32 the same two for 32. An idle service sends at once.
-func (b *Batcher) gather(first request) []request {
-	batch := []request{first}
-	var timeout <-chan time.Time
-	for len(batch) < b.maxBatch {
+// gather takes what is queued behind first, up to MaxBatch. When the
+// service is busy (another batch was in flight, or another event arrived
+// less than Linger before first) it waits up to Linger for more, until
+// the batch is full or every possible caller is in: a batch of one costs
+// five round trips and two commits for one event, a batch of 32 the same
+// for 32. An idle service sends at once.
+func (b *Batcher) gather(first request, busy bool) []request {
+	batch := make([]request, 1, b.cfg.MaxBatch)
+	batch[0] = first
+	lingering := false
+	defer func() {
+		if lingering {
+			b.timer.Stop()
+		}
+	}()
+	for len(batch) < b.cfg.MaxBatch {
 		select {
 		case r := <-b.queue:
 			batch = append(batch, r)
+			b.lastArrival = time.Now()
 			continue
 		default:
 		}
-		if timeout == nil {
-			if b.linger <= 0 || len(b.slots) < 2 {
-				return batch
-			}
-			t := time.NewTimer(b.linger)
-			defer t.Stop()
-			timeout = t.C
+		if !busy || b.cfg.Linger <= 0 || b.allIn() {
+			return batch
+		}
+		if !lingering {
+			lingering = true
+			b.timer.Reset(b.cfg.Linger)
 		}
 		select {
 		case r := <-b.queue:
 			batch = append(batch, r)
-		case <-timeout:
+			b.lastArrival = time.Now()
+		case <-b.timer.C:
+			lingering = false
 			return batch
 		case <-b.stop:
 			return batch
 		}
 	}
 	return batch
+}
+
+// allIn reports whether every caller that can exist is in a Process call
+// already, so that no event can come before a batch ends.
+func (b *Batcher) allIn() bool {
+	return b.cfg.Callers > 0 && b.callers.Load() >= int64(b.cfg.Callers)
 }
 
 // run bills one batch and answers every request in it.
@@ -151,7 +204,7 @@ func (b *Batcher) run(batch []request) {
 	for i, r := range batch {
 		evs[i], attempts[i] = r.ev, attemptOf(r.ctx)
 	}
-	for i, r := range b.svc.processAll(ctx, evs, attempts) {
+	for i, r := range b.svc.processAll(ctx, evs, attempts, b.charges) {
 		batch[i].done <- r
 	}
 }
@@ -187,8 +240,9 @@ func allDone(batch []request) (context.Context, context.CancelFunc) {
 // the charge phase fall back to one transaction per event, each deciding
 // alone whether it needs the ledger alone.
 //
-// attempts[i] is the attempt batch[i] belongs to (see WithAttempt).
-func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed, attempts []*attempt) []response {
+// attempts[i] is the attempt batch[i] belongs to (see WithAttempt). The
+// charges run on pool (nil: a goroutine each).
+func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed, attempts []*attempt, pool *workers) []response {
 	out := make([]response, len(batch))
 	// The same event twice in one batch (a redelivery beside its
 	// original): the later copy waits for the earlier one's outcome.
@@ -221,12 +275,14 @@ func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed,
 	if len(toCharge) == 0 {
 		return out
 	}
-	charged, err := s.chargeAll(ctx, toCharge, created, chargeAtts, true)
+	charged, err := s.chargeAll(ctx, toCharge, created, chargeAtts, true, pool)
 	switch {
 	case errors.Is(err, dedup.ErrNoPartition):
 		var wg sync.WaitGroup
 		for k, ev := range toCharge {
-			wg.Go(func() {
+			wg.Add(1)
+			pool.run(func() {
+				defer wg.Done()
 				res, err := s.charge(ctx, ev, created[k], chargeAtts[k], true)
 				if errors.Is(err, dedup.ErrNoPartition) {
 					s.logger.WarnContext(ctx, "event outside dedup partitions, ledger decides", "event_id", ev.EventID, "order_id", ev.OrderID)

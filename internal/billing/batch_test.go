@@ -23,7 +23,8 @@ func processAll(t *testing.T, e *env, maxBatch int, evs []events.OrderConfirmed)
 	t.Helper()
 	var mu sync.Mutex
 	var sizes []int
-	b := billing.NewBatcher(e.svc, maxBatch, 1, 0, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() })
+	b := billing.NewBatcher(e.svc, billing.BatcherConfig{MaxBatch: maxBatch, MaxInFlight: 1,
+		Observe: func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }})
 	defer b.Close()
 	// Occupy the only slot with a slow first event so the rest queue up.
 	e.sim.SetFaults(paysim.Faults{Latency: 300 * time.Millisecond, Decline: e.decline})
@@ -163,7 +164,7 @@ func TestBatchWithEventOutsidePartitions(t *testing.T) {
 func TestBatcherConcurrentExactlyOnce(t *testing.T) {
 	e := newEnv(t, "secret-token")
 	e.sim.SetFaults(paysim.Faults{Latency: 5 * time.Millisecond, ErrorRate: 0.05, ResetRate: 0.05})
-	b := billing.NewBatcher(e.svc, 16, 4, 2*time.Millisecond, nil)
+	b := billing.NewBatcher(e.svc, billing.BatcherConfig{MaxBatch: 16, MaxInFlight: 4, Linger: 2 * time.Millisecond})
 	defer b.Close()
 	var evs []events.OrderConfirmed
 	for i := range 150 {
@@ -231,19 +232,20 @@ func TestUnknownOutcomeKeepsTheOrderClaimed(t *testing.T) {
 
 // While another batch is in flight, a new batch waits (up to its linger)
 // for events arriving one after another, until it is full; an idle
-// Batcher bills at once.
+// Batcher (nothing in flight, nothing arrived within the linger) bills at
+// once.
 func TestBatchLingersOnlyWhileBusy(t *testing.T) {
+	const linger = time.Second
 	e := newEnv(t, "secret-token")
-	var mu sync.Mutex
-	var sizes []int
-	b := billing.NewBatcher(e.svc, 4, 2, time.Hour, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() })
+	b, sizes := sizedBatcher(e, billing.BatcherConfig{MaxBatch: 4, MaxInFlight: 2, Linger: linger})
 	defer b.Close()
-	// Idle: billed at once (a linger would wait an hour).
+	// Idle: billed at once (a linger would wait a second).
 	if res, err := b.Process(context.Background(), event(4500, 1)); err != nil || res.Outcome != billing.Charged {
 		t.Fatalf("idle: %+v, %v", res, err)
 	}
-	// Busy: a slow event holds one slot; four more trickle in and gather
-	// into one batch on the other slot.
+	time.Sleep(linger + linger/5) // idle again: the last event is older than the linger
+	// Busy: a slow event, billed at once, holds one slot; four more
+	// trickle in and gather into one batch on the other slot.
 	e.sim.SetFaults(paysim.Faults{Latency: time.Second})
 	var wg sync.WaitGroup
 	wg.Go(func() { _, _ = b.Process(context.Background(), event(4501, 1)) })
@@ -257,9 +259,71 @@ func TestBatchLingersOnlyWhileBusy(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // one after another, not at once
 	}
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Equal(sizes, []int{1, 1, 4}) {
-		t.Fatalf("batch sizes %v; want 1 (idle), 1 (the slow one), 4 (gathered while busy)", sizes)
+	if got := sizes(); !slices.Equal(got, []int{1, 1, 4}) {
+		t.Fatalf("batch sizes %v; want 1 (idle), 1 (the slow one), 4 (gathered while busy)", got)
 	}
+}
+
+// Events arriving one after another keep the service busy even when no
+// batch is in flight at the moment (a connection just freed): the next
+// batch waits for the next event instead of paying a transaction for one.
+func TestBatchLingersWhileEventsArrive(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	b, sizes := sizedBatcher(e, billing.BatcherConfig{MaxBatch: 2, MaxInFlight: 2, Linger: 2 * time.Second})
+	defer b.Close()
+	if _, err := b.Process(context.Background(), event(4600, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// Right after it, with nothing in flight: two more, 20 ms apart.
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			if res, err := b.Process(context.Background(), event(int64(4601+i), 1)); err != nil || res.Outcome != billing.Charged {
+				t.Errorf("event %d: %+v, %v", i, res, err)
+			}
+		})
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	if got := sizes(); !slices.Equal(got, []int{1, 2}) {
+		t.Fatalf("batch sizes %v; want 1 (idle), 2 (the next one waited for the one after)", got)
+	}
+}
+
+// With one caller (BILLING_CONCURRENCY=1) no other event can come while
+// one is being billed: however recent the last event, no batch waits.
+func TestSequentialBatcherNeverWaits(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	b, sizes := sizedBatcher(e, billing.BatcherConfig{MaxBatch: 32, MaxInFlight: 1, Linger: time.Hour, Callers: 1})
+	defer b.Close()
+	done := make(chan error, 1)
+	go func() {
+		for i := range 3 {
+			if _, err := b.Process(context.Background(), event(int64(4700+i), 1)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("three sequential events not billed within 30 s: a batch is waiting for a caller that cannot come")
+	}
+	if got := sizes(); !slices.Equal(got, []int{1, 1, 1}) {
+		t.Fatalf("batch sizes %v; want 1, 1, 1", got)
+	}
+}
+
+// sizedBatcher returns a Batcher over e.svc shaped by cfg and a function
+// returning the sizes of its batches so far.
+func sizedBatcher(e *env, cfg billing.BatcherConfig) (*billing.Batcher, func() []int) {
+	var mu sync.Mutex
+	var sizes []int
+	cfg.Observe = func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }
+	return billing.NewBatcher(e.svc, cfg), func() []int { mu.Lock(); defer mu.Unlock(); return slices.Clone(sizes) }
 }

@@ -115,7 +115,8 @@ func BenchmarkBatcher(b *testing.B) {
 	pool, counter := benchPool(b, 32)
 	svc := benchService(b, pool)
 	var batches, billed atomic.Int64
-	bt := billing.NewBatcher(svc, 32, 28, 2*time.Millisecond, func(n int) { batches.Add(1); billed.Add(int64(n)) })
+	bt := billing.NewBatcher(svc, billing.BatcherConfig{MaxBatch: 32, MaxInFlight: 28, Linger: 2 * time.Millisecond,
+		Callers: callers, Observe: func(n int) { batches.Add(1); billed.Add(int64(n)) }})
 	defer bt.Close()
 	evs := benchEvents(b.N, 1)
 	var next atomic.Int64
@@ -163,13 +164,14 @@ func benchPaced(b *testing.B, every time.Duration) {
 	pool, counter := benchPool(b, 32)
 	svc := benchService(b, pool)
 	var batches, billed, singles atomic.Int64
-	bt := billing.NewBatcher(svc, 32, 28, 2*time.Millisecond, func(n int) {
-		batches.Add(1)
-		billed.Add(int64(n))
-		if n == 1 {
-			singles.Add(1)
-		}
-	})
+	bt := billing.NewBatcher(svc, billing.BatcherConfig{MaxBatch: 32, MaxInFlight: 28, Linger: 2 * time.Millisecond,
+		Callers: workers, Observe: func(n int) {
+			batches.Add(1)
+			billed.Add(int64(n))
+			if n == 1 {
+				singles.Add(1)
+			}
+		}})
 	defer bt.Close()
 	evs := benchEvents(b.N, 1)
 	ctx := context.Background()

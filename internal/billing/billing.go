@@ -172,7 +172,7 @@ func New(cfg Config) (*Service, error) {
 // After an error the event is not marked processed, so it can be retried
 // or dead-lettered; its order's claim stays as SPEC §6 requires.
 func (s *Service) Process(ctx context.Context, ev events.OrderConfirmed) (Result, error) {
-	r := s.processAll(ctx, []events.OrderConfirmed{ev}, []*attempt{attemptOf(ctx)})[0]
+	r := s.processAll(ctx, []events.OrderConfirmed{ev}, []*attempt{attemptOf(ctx)}, nil)[0]
 	return r.res, r.err
 }
 

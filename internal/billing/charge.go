@@ -43,7 +43,7 @@ type response struct {
 // charge charges the claimed ev in one transaction for attempt att;
 // created says whether att created the claim and may still release it.
 func (s *Service) charge(ctx context.Context, ev events.OrderConfirmed, created bool, att *attempt, withDedup bool) (Result, error) {
-	out, err := s.chargeAll(ctx, []events.OrderConfirmed{ev}, []bool{created}, []*attempt{att}, withDedup)
+	out, err := s.chargeAll(ctx, []events.OrderConfirmed{ev}, []bool{created}, []*attempt{att}, withDedup, nil)
 	if err != nil {
 		return Result{}, err
 	}
@@ -52,7 +52,7 @@ func (s *Service) charge(ctx context.Context, ev events.OrderConfirmed, created 
 
 // chargeAll is the charge phase for events whose orders they have claimed
 // (distinct event ids): one transaction with the processed_event rows
-// (unless withDedup is false), the charges in parallel, the claims of the
+// (unless withDedup is false), the charges in parallel (on pool), the claims of the
 // charged events marked 'charged', one COMMIT. A failed charge fails its
 // own event only.
 //
@@ -65,7 +65,7 @@ func (s *Service) charge(ctx context.Context, ev events.OrderConfirmed, created 
 //
 // atts[i] is evs[i]'s attempt: a request sent without a definite answer
 // marks it unknown, so that none of its later refusals releases the claim.
-func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, created []bool, atts []*attempt, withDedup bool) ([]response, error) {
+func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, created []bool, atts []*attempt, withDedup bool, pool *workers) ([]response, error) {
 	bctx, cancel := s.live(ctx)
 	tx, err := s.db.Begin(bctx)
 	cancel()
@@ -107,7 +107,7 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 	if err != nil {
 		return nil, err
 	}
-	s.sendAll(ctx, evs, send, out)
+	s.sendAll(ctx, evs, send, out, pool)
 
 	var charged, failed []int
 	for _, i := range todo {
@@ -202,8 +202,9 @@ func (s *Service) hold(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirm
 	return send, nil
 }
 
-// sendAll charges evs[idx] concurrently and fills in out.
-func (s *Service) sendAll(ctx context.Context, evs []events.OrderConfirmed, idx []int, out []response) {
+// sendAll charges evs[idx] concurrently and fills in out once every
+// charge has answered: the first on this goroutine, the others on pool.
+func (s *Service) sendAll(ctx context.Context, evs []events.OrderConfirmed, idx []int, out []response, pool *workers) {
 	send := func(i int) {
 		r, err := s.charger.Charge(ctx, chargeOf(evs[i]))
 		if err != nil {
@@ -212,14 +213,18 @@ func (s *Service) sendAll(ctx context.Context, evs []events.OrderConfirmed, idx 
 		}
 		out[i].res = Result{Outcome: Charged, ChargeID: r.ChargeID}
 	}
-	if len(idx) == 1 {
-		send(idx[0])
+	if len(idx) == 0 {
 		return
 	}
 	var wg sync.WaitGroup
-	for _, i := range idx {
-		wg.Go(func() { send(i) })
+	wg.Add(len(idx) - 1)
+	for _, i := range idx[1:] {
+		pool.run(func() {
+			defer wg.Done()
+			send(i)
+		})
 	}
+	send(idx[0])
 	wg.Wait()
 }
 
