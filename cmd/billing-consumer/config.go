@@ -37,7 +37,7 @@ type config struct {
 	DatabaseURLFile string        `split_words:"true" desc:"file holding BILLING_DATABASE_URL (a mounted secret)"`
 	DBMaxConns      int32         `split_words:"true" default:"0" desc:"Postgres pool size; each in-flight transaction (one event, or a batch) holds a connection during its charges. 0: min(BILLING_CONCURRENCY, 28)+4, or BILLING_CONCURRENCY+4 without batching"`
 	BatchSize       int           `split_words:"true" default:"32" desc:"most events billed in one transaction (one commit, charges in parallel); events arriving together are batched while the connections are busy. 1 is one transaction per event"`
-	BatchLinger     time.Duration `split_words:"true" default:"2ms" desc:"under load (a batch in flight, or the last event less than this ago) how long a batch may wait to fill before it is billed (fewer commits per event); an idle service, or one whose BILLING_CONCURRENCY events are all in, bills at once. 0: never wait"`
+	BatchLinger     time.Duration `split_words:"true" default:"2ms" desc:"under load (a batch in flight, or the last event less than this ago) how long a batch may wait to fill before it is billed (fewer commits per event); an idle service bills at once, and with BILLING_CONCURRENCY=1 nothing waits. 0: never wait"`
 
 	PaymentURL       string        `split_words:"true" desc:"base URL of the payment provider; charges go to {url}/payments/charge (required by run)"`
 	PaymentToken     string        `split_words:"true" secret:"true" desc:"bearer token for the payment provider (optional; or BILLING_PAYMENT_TOKEN_FILE)"`

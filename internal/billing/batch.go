@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -38,9 +37,6 @@ type Batcher struct {
 	wg       sync.WaitGroup
 	stop     chan struct{}
 	stopOnce sync.Once
-	// callers counts the Process calls under way: queued, in the batch
-	// being gathered, or in a running batch.
-	callers atomic.Int64
 	// lastArrival is when the loop last took an event from the queue;
 	// only the loop uses it.
 	lastArrival time.Time
@@ -58,9 +54,10 @@ type BatcherConfig struct {
 	// (BILLING_BATCH_LINGER); 0 never waits.
 	Linger time.Duration
 	// Callers is the most Process calls that can be under way at once
-	// (BILLING_CONCURRENCY); 0 means unknown. Once that many are in, no
-	// other event can come, so a batch stops waiting: with 1 (the
-	// sequential mode) nothing ever waits.
+	// (BILLING_CONCURRENCY); 0 means unknown. A batch never holds more
+	// (it could only wait for events that cannot come): with 1, the
+	// sequential mode, every batch is full with its first event and
+	// nothing ever waits.
 	Callers int
 	// Observe, when not nil, sees the size of every batch.
 	Observe func(size int)
@@ -77,6 +74,9 @@ type request struct {
 // be charges at once. Call Close when done.
 func NewBatcher(svc *Service, cfg BatcherConfig) *Batcher {
 	cfg.MaxBatch, cfg.MaxInFlight = max(1, cfg.MaxBatch), max(1, cfg.MaxInFlight)
+	if cfg.Callers > 0 {
+		cfg.MaxBatch = min(cfg.MaxBatch, cfg.Callers)
+	}
 	// The first charge of a batch runs on the batch's own goroutine.
 	n := cfg.MaxBatch*cfg.MaxInFlight - cfg.MaxInFlight
 	if cfg.Callers > 0 {
@@ -94,8 +94,6 @@ func NewBatcher(svc *Service, cfg BatcherConfig) *Batcher {
 // Process bills ev, batched with whatever else is waiting. It returns what
 // Service.Process would return for ev alone. Safe for concurrent use.
 func (b *Batcher) Process(ctx context.Context, ev events.OrderConfirmed) (Result, error) {
-	b.callers.Add(1)
-	defer b.callers.Add(-1)
 	r := request{ctx: ctx, ev: ev, done: make(chan response, 1)}
 	select {
 	case b.queue <- r:
@@ -149,7 +147,7 @@ func (b *Batcher) loop() {
 // gather takes what is queued behind first, up to MaxBatch. When the
 // service is busy (another batch was in flight, or another event arrived
 // less than Linger before first) it waits up to Linger for more, until
-// the batch is full or every possible caller is in: a batch of one costs
+// the batch is full: a batch of one costs
 // five round trips and two commits for one event, a batch of 32 the same
 // for 32. An idle service sends at once.
 func (b *Batcher) gather(first request, busy bool) []request {
@@ -169,7 +167,7 @@ func (b *Batcher) gather(first request, busy bool) []request {
 			continue
 		default:
 		}
-		if !busy || b.cfg.Linger <= 0 || b.allIn() {
+		if !busy || b.cfg.Linger <= 0 {
 			return batch
 		}
 		if !lingering {
@@ -188,12 +186,6 @@ func (b *Batcher) gather(first request, busy bool) []request {
 		}
 	}
 	return batch
-}
-
-// allIn reports whether every caller that can exist is in a Process call
-// already, so that no event can come before a batch ends.
-func (b *Batcher) allIn() bool {
-	return b.cfg.Callers > 0 && b.callers.Load() >= int64(b.cfg.Callers)
 }
 
 // run bills one batch and answers every request in it.
