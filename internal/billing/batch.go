@@ -238,11 +238,10 @@ func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed,
 	out := make([]response, len(batch))
 	// The same event twice in one batch (a redelivery beside its
 	// original): the later copy waits for the earlier one's outcome.
-	var evs []events.OrderConfirmed
-	var tokens []uuid.UUID
-	var atts []*attempt
-	var at []int // batch index of each of evs
-	seen := map[uuid.UUID]bool{}
+	n := len(batch)
+	evs, tokens, atts := make([]events.OrderConfirmed, 0, n), make([]uuid.UUID, 0, n), make([]*attempt, 0, n)
+	at := make([]int, 0, n) // batch index of each of evs
+	seen := make(map[uuid.UUID]bool, n)
 	for i, ev := range batch {
 		if seen[ev.EventID] {
 			out[i].err = fault.Errorf(fault.Busy, "event %s is being billed by another delivery", ev.EventID)
@@ -252,10 +251,8 @@ func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed,
 		evs, tokens, at = append(evs, ev), append(tokens, attempts[i].id), append(at, i)
 		atts = append(atts, attempts[i])
 	}
-	var toCharge []events.OrderConfirmed
-	var created []bool
-	var chargeAtts []*attempt
-	var chargeAt []int
+	toCharge, created := make([]events.OrderConfirmed, 0, n), make([]bool, 0, n)
+	chargeAtts, chargeAt := make([]*attempt, 0, n), make([]int, 0, n)
 	for k, c := range s.claimAll(ctx, evs, tokens) {
 		if !c.charge {
 			out[at[k]] = response{c.res, c.err}

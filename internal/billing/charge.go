@@ -182,7 +182,7 @@ func (s *Service) hold(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirm
 	if err != nil {
 		return nil, classifyDB(fmt.Errorf("hold %d claims: %w", len(orders), err))
 	}
-	held, err := pgx.CollectRows(rows, dedup.ScanUUID)
+	held, err := dedup.CollectUUIDs(rows)
 	if err != nil {
 		return nil, classifyDB(fmt.Errorf("hold %d claims: %w", len(orders), err))
 	}

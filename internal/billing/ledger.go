@@ -155,7 +155,7 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 	if err != nil {
 		return todo, classifyDB(fmt.Errorf("claim %d orders: %w", len(todo), err))
 	}
-	won, err := pgx.CollectRows(rows, dedup.ScanUUID)
+	won, err := dedup.CollectUUIDs(rows)
 	if err != nil {
 		// The statement's outcome is unknown: it may have committed. Each
 		// event finds out on its retry, which sees its own pending claim.

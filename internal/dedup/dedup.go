@@ -66,7 +66,7 @@ func MarkProcessed(ctx context.Context, tx Querier, eventIDs []uuid.UUID, group 
 	rows, err := tx.Query(ctx, markSQL, Binary(eventIDs), group, at)
 	if err == nil {
 		var fresh []uuid.UUID
-		fresh, err = pgx.CollectRows(rows, ScanUUID)
+		fresh, err = CollectUUIDs(rows)
 		if err == nil {
 			return fresh, nil
 		}
@@ -100,11 +100,16 @@ func Binary(ids []uuid.UUID) [][16]byte {
 	return out
 }
 
-// ScanUUID is a pgx.RowToFunc for a row of one uuid, read in pgx's native
-// binary form: scanned into a uuid.UUID directly, pgx would go through
-// its sql.Scanner and the text form.
-func ScanUUID(row pgx.CollectableRow) (uuid.UUID, error) {
-	var id uuid.UUID
-	err := row.Scan((*[16]byte)(&id))
-	return id, err
+// CollectUUIDs reads rows of one uuid column and closes rows. Each is read
+// in pgx's native binary form, into one [16]byte for all rows: scanned
+// into a uuid.UUID, pgx would go through its sql.Scanner and the text
+// form, and a destination per row would cost allocations per row.
+func CollectUUIDs(rows pgx.Rows) ([]uuid.UUID, error) {
+	var ids []uuid.UUID
+	var id [16]byte
+	_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		ids = append(ids, id)
+		return nil
+	})
+	return ids, err
 }
