@@ -146,10 +146,10 @@ func (b *Batcher) loop() {
 
 // gather takes what is queued behind first, up to MaxBatch. When the
 // service is busy (another batch was in flight, or another event arrived
-// less than Linger before first) it waits up to Linger for more, until
-// the batch is full: a batch of one costs
-// five round trips and two commits for one event, a batch of 32 the same
-// for 32. An idle service sends at once.
+// less than Linger before first: a connection just freed under load) it
+// waits up to Linger for more, until the batch is full. A batch of one
+// costs five round trips and two commits for one event, a batch of 32 the
+// same for 32. An idle service sends at once.
 func (b *Batcher) gather(first request, busy bool) []request {
 	batch := make([]request, 1, b.cfg.MaxBatch)
 	batch[0] = first

@@ -2,6 +2,7 @@ package billing_test
 
 import (
 	"context"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
+	"github.com/billing-consumer/billing-consumer/internal/payment"
+	"github.com/billing-consumer/billing-consumer/internal/paysim"
 	"github.com/billing-consumer/billing-consumer/internal/pgtest"
 )
 
@@ -204,4 +207,51 @@ func benchPaced(b *testing.B, every time.Duration) {
 		b.ReportMetric(float64(billed.Load())/float64(n), "events/batch")
 		b.ReportMetric(float64(singles.Load())/float64(n), "singles/batch")
 	}
+}
+
+// BenchmarkBatcherHTTP is BenchmarkBatcher with the charges sent over
+// loopback HTTP to the provider simulator through the real payment
+// client, so that each charge runs the client's whole call chain (where a
+// fresh goroutine per charge grows its stack again): one op is one event.
+func BenchmarkBatcherHTTP(b *testing.B) {
+	const callers = 64
+	pool, counter := benchPool(b, 32)
+	sim := paysim.New(paysim.Config{Token: "secret-token", Seed: 1})
+	srv := httptest.NewServer(sim)
+	b.Cleanup(srv.Close)
+	client, err := payment.New(payment.Config{BaseURL: srv.URL, Token: "secret-token", Timeout: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := billing.New(billing.Config{DB: pool, Charger: client.ForBilling(), Group: group, Now: time.Now,
+		Logger: discard(), DBTimeout: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bt := billing.NewBatcher(svc, billing.BatcherConfig{MaxBatch: 32, MaxInFlight: 28, Linger: 2 * time.Millisecond, Callers: callers})
+	defer bt.Close()
+	evs := benchEvents(b.N, 1)
+	var next atomic.Int64
+	ctx := context.Background()
+	counter.n.Store(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(evs)) {
+					return
+				}
+				if res, err := bt.Process(ctx, evs[i]); err != nil || res.Outcome != billing.Charged {
+					b.Errorf("event %d: %+v, %v", i, res, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(counter.n.Load())/float64(b.N), "stmts/event")
 }

@@ -52,9 +52,9 @@ func (s *Service) charge(ctx context.Context, ev events.OrderConfirmed, created 
 
 // chargeAll is the charge phase for events whose orders they have claimed
 // (distinct event ids): one transaction with the processed_event rows
-// (unless withDedup is false), the charges in parallel (on pool), the claims of the
-// charged events marked 'charged', one COMMIT. A failed charge fails its
-// own event only.
+// (unless withDedup is false), the charges in parallel (on pool, nil for
+// one event), the claims of the charged events marked 'charged', one
+// COMMIT. A failed charge fails its own event only.
 //
 // Its error means that nothing was recorded or sent: dedup.ErrNoPartition
 // (wrapped) when an event falls outside the processed_event partitions, or
