@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -214,7 +213,7 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, no
 		_ = tx.Rollback(rctx) // after a commit: a no-op
 	}()
 	var one int
-	if err := tx.QueryRow(bctx, holdOneSQL, cl.OrderID, cl.EventID).Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+	if err := tx.QueryRow(bctx, holdOneSQL, cl.OrderID, [16]byte(cl.EventID)).Scan(&one); errors.Is(err, pgx.ErrNoRows) {
 		out.Result, out.Detail = settledMeanwhile, "released or settled since the pass read it; nothing sent"
 		return out, nil
 	} else if err != nil {
@@ -252,7 +251,7 @@ func (c *Completer) blocked(ctx context.Context, conn *pgxpool.Conn) ([]Settled,
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Settled, error) {
 		var s Settled
 		var amount string
-		if err := row.Scan(&s.OrderID, &s.EventID, &s.CustomerID, &amount, &s.Status, &s.ClaimedAt, &s.Detail); err != nil {
+		if err := row.Scan(&s.OrderID, (*[16]byte)(&s.EventID), &s.CustomerID, &amount, &s.Status, &s.ClaimedAt, &s.Detail); err != nil {
 			return s, err
 		}
 		s.Result = statusBlocked
@@ -274,23 +273,23 @@ func (c *Completer) blocked(ctx context.Context, conn *pgxpool.Conn) ([]Settled,
 func (c *Completer) resend(ctx context.Context, cl Claim, now time.Time, out *Settled) (string, []any, error) {
 	if age := now.Sub(cl.ClaimedAt); age > c.BlockAfter {
 		out.Result, out.Detail = statusBlocked, fmt.Sprintf("outcome still unknown %s after the claim, past the block-after limit: not re-sent", age.Round(time.Second))
-		return blockSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, out.Detail}, nil
+		return blockSQL, []any{[]int64{cl.OrderID}, [][16]byte{cl.EventID}, out.Detail}, nil
 	}
 	r, err := c.Charger.Charge(ctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
 	switch k := fault.KindOf(err); {
 	case err == nil:
 		out.Result, out.Detail = statusCharged, r.ChargeID
-		return recordSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, []string{r.ChargeID}, c.Now()}, nil
+		return recordSQL, []any{[]int64{cl.OrderID}, [][16]byte{cl.EventID}, []string{r.ChargeID}, c.Now()}, nil
 	case k == fault.Systemic:
 		return "", nil, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
 	case ctx.Err() != nil:
 		return "", nil, ctx.Err()
 	case k == fault.Conflict, k == fault.Permanent, k == fault.Invalid:
 		out.Result, out.Detail = statusBlocked, fmt.Sprintf("re-sent by the completer: %v", err)
-		return blockSQL, []any{[]int64{cl.OrderID}, []uuid.UUID{cl.EventID}, out.Detail}, nil
+		return blockSQL, []any{[]int64{cl.OrderID}, [][16]byte{cl.EventID}, out.Detail}, nil
 	default:
 		out.Result, out.Detail = statusPending, err.Error()
-		return stillUnknownSQL, []any{cl.OrderID, cl.EventID, out.Detail}, nil
+		return stillUnknownSQL, []any{cl.OrderID, [16]byte(cl.EventID), out.Detail}, nil
 	}
 }
 
