@@ -1,8 +1,6 @@
 package events
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -78,17 +76,7 @@ func TestDecodeMatchesOracle(t *testing.T) {
 // "malformed JSON", but the byte offset and description are the new
 // scanner's own.
 func FuzzDecodeDifferential(f *testing.F) {
-	paths, err := filepath.Glob(filepath.Join("testdata", "*", "*.json"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
+	addFixtureSeeds(f)
 	for _, r := range trickyRecords {
 		f.Add([]byte(r))
 	}

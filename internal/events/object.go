@@ -274,64 +274,6 @@ func (s *scanner) container(depth int) *ValidationError {
 	}
 }
 
-// str reads a string whose opening quote is at pos and returns its
-// contents, unescaped when decode is set (nil when it is not).
-func (s *scanner) str(decode bool) ([]byte, *ValidationError) {
-	start := s.pos + 1
-	escaped := false
-	for i := start; i < len(s.data); {
-		switch c := s.data[i]; {
-		case c == '"':
-			s.pos = i + 1
-			switch {
-			case !decode:
-				return nil, nil
-			case escaped:
-				return unescape(s.data[start:i]), nil
-			}
-			return s.data[start:i], nil
-		case c == '\\':
-			escaped = true
-			n, verr := s.escape(i)
-			if verr != nil {
-				return nil, verr
-			}
-			i += n
-		case c < 0x20:
-			s.pos = i
-			return nil, s.syntax("in string literal")
-		default:
-			i++
-		}
-	}
-	return nil, unexpectedEnd()
-}
-
-// escape checks the escape sequence whose backslash is at i and returns
-// its length.
-func (s *scanner) escape(i int) (int, *ValidationError) {
-	if i+1 == len(s.data) {
-		return 0, unexpectedEnd()
-	}
-	switch s.data[i+1] {
-	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-		return 2, nil
-	case 'u':
-		for j := i + 2; j < i+6; j++ {
-			if j == len(s.data) {
-				return 0, unexpectedEnd()
-			}
-			if hexValue(s.data[j]) < 0 {
-				s.pos = j
-				return 0, s.syntax(`in \u hexadecimal character escape`)
-			}
-		}
-		return 6, nil
-	}
-	s.pos = i + 1
-	return 0, s.syntax("in string escape code")
-}
-
 // number reads a number at pos, checking JSON's grammar, and returns its
 // text.
 func (s *scanner) number() ([]byte, *ValidationError) {
