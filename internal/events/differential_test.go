@@ -1,6 +1,7 @@
 package events
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -71,10 +72,8 @@ func TestDecodeMatchesOracle(t *testing.T) {
 
 // FuzzDecodeDifferential checks that the one-pass scanner decides every
 // record as the decoder it replaced did (oracle_test.go): the same event,
-// or an error on the same field with the same reason. Malformed JSON is
-// the one place where the wording may differ: both must call it
-// "malformed JSON", but the byte offset and description are the new
-// scanner's own.
+// or an error on the same field with the same reason (see sameReason for
+// the two ways a syntax error's text may differ).
 func FuzzDecodeDifferential(f *testing.F) {
 	addFixtureSeeds(f)
 	for _, r := range trickyRecords {
@@ -101,10 +100,14 @@ func compareWithOracle(t *testing.T, value []byte) {
 	}
 }
 
+// sameReason compares reasons, ignoring the byte offset of a syntax error
+// (Decoder.Token's were one or two bytes off inside a value; ours is the
+// index of the offending byte) and allowing a description the old one
+// lacked (Decoder.Token gave none for a non-string right after '{').
 func sameReason(got, want string) bool {
-	const malformed = "malformed JSON"
-	if strings.HasPrefix(want, malformed) {
-		return strings.HasPrefix(got, malformed)
-	}
-	return got == want
+	got = malformedAt.ReplaceAllString(got, "at byte N:")
+	want = malformedAt.ReplaceAllString(want, "at byte N:")
+	return got == want || strings.HasPrefix(want, "malformed JSON") && strings.HasPrefix(got, want+" ")
 }
+
+var malformedAt = regexp.MustCompile(`at byte [0-9]+:`)
