@@ -70,11 +70,11 @@ func TestDecodeMatchesOracle(t *testing.T) {
 	}
 }
 
-// FuzzDecodeDifferential checks that the one-pass scanner decides every
+// FuzzAgainstOldDecoder checks that the one-pass scanner decides every
 // record as the decoder it replaced did (oracle_test.go): the same event,
 // or an error on the same field with the same reason (see sameReason for
 // the two ways a syntax error's text may differ).
-func FuzzDecodeDifferential(f *testing.F) {
+func FuzzAgainstOldDecoder(f *testing.F) {
 	addFixtureSeeds(f)
 	for _, r := range trickyRecords {
 		f.Add([]byte(r))

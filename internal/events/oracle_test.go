@@ -1,7 +1,7 @@
 package events
 
 // The decoder this package had before issue 14, kept verbatim (renamed
-// oracle*) as the oracle of FuzzDecodeDifferential: a token walk with
+// oracle*) as the oracle of FuzzAgainstOldDecoder: a token walk with
 // encoding/json's Decoder.Token and UseNumber, ~80 allocations per event.
 // It shares the unchanged helpers (uuidTime, rfc3339Shape, amountReason,
 // canonicalUUIDLen) with decode.go. Do not "fix" it: it defines what the
