@@ -2,6 +2,7 @@ package payment
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -144,5 +145,47 @@ func TestChargeReusesConnection(t *testing.T) {
 	}
 	if got := conns.Load(); got != 1 {
 		t.Errorf("%d attempts opened %d connections, want 1", n.Load(), got)
+	}
+}
+
+// writeCounter counts the writes made on the connections it dials.
+type writeCounter struct {
+	net.Conn
+	writes *atomic.Int32
+}
+
+func (w writeCounter) Write(p []byte) (int, error) {
+	w.writes.Add(1)
+	return w.Conn.Write(p)
+}
+
+// TestChargeOneWritePerRequest checks that headers and body leave in one
+// write: net/http flushes the headers on their own unless it knows the
+// body is in memory (io.NopCloser of a *bytes.Reader), which would cost
+// every attempt a second syscall.
+func TestChargeOneWritePerRequest(t *testing.T) {
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, `{"charge_id":"ch_1"}`)
+	}))
+	c := newClient(t, srv.URL, nil)
+	tr := c.http.Transport.(*http.Transport)
+	dial := tr.DialContext
+	var writes atomic.Int32
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{conn, &writes}, nil
+	}
+	const attempts = 5
+	for range attempts {
+		if _, err := c.Charge(t.Context(), testCharge()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := writes.Load(); n != attempts {
+		t.Errorf("%d attempts made %d writes, want one each", attempts, n)
 	}
 }

@@ -8,9 +8,21 @@ import (
 	"net/http/httptest"
 	"runtime/metrics"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
+
+// cpuTime returns the user+system CPU time the process has used: a cost
+// per op that other processes on a shared machine do not inflate as they
+// do wall-clock ns/op. It includes the in-process provider's share.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // goroutinesCreated reads the runtime's count of goroutines created since
 // the program started.
@@ -76,8 +88,9 @@ func rawProvider(b *testing.B) string {
 // BenchmarkCharge measures one successful attempt, sequentially and in
 // parallel, against a provider on loopback: "raw" is a minimal HTTP/1.1
 // responder (goroutines/op are then the client's alone), "httptest" a
-// net/http server (its per-request goroutines are counted too). Run it with
-// -benchmem.
+// net/http server (its per-request goroutines are counted too). cpu-ns/op
+// is the process's CPU time per op, client and provider together. Run it
+// with -benchmem.
 func BenchmarkCharge(b *testing.B) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -101,18 +114,19 @@ func BenchmarkCharge(b *testing.B) {
 			ch := testCharge()
 			b.Run("serial", func(b *testing.B) {
 				b.ReportAllocs()
-				g0 := goroutinesCreated()
+				g0, cpu0 := goroutinesCreated(), cpuTime(b)
 				for b.Loop() {
 					if res, err := c.Charge(b.Context(), ch); err != nil || res.ChargeID != "ch_1" {
 						b.Fatalf("Charge = %+v, %v", res, err)
 					}
 				}
 				b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
+				b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
 			})
 			b.Run("parallel", func(b *testing.B) {
 				b.ReportAllocs()
 				b.SetParallelism(1) // GOMAXPROCS callers, within MaxConns on this machine
-				g0 := goroutinesCreated()
+				g0, cpu0 := goroutinesCreated(), cpuTime(b)
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
 						if res, err := c.Charge(b.Context(), ch); err != nil || res.ChargeID != "ch_1" {
@@ -122,6 +136,7 @@ func BenchmarkCharge(b *testing.B) {
 					}
 				})
 				b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
+				b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
 			})
 		})
 	}
