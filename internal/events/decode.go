@@ -2,7 +2,6 @@ package events
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -42,33 +41,34 @@ func decode(value []byte, now time.Time) (OrderConfirmed, *ValidationError) {
 	if !utf8.Valid(value) {
 		return e, &ValidationError{Reason: "not valid UTF-8"}
 	}
-	m, verr := scanObject(value)
-	if verr != nil {
+	var rec record
+	if verr := scanRecord(value, &rec); verr != nil {
 		return e, verr
 	}
 	horizon := now.Add(MaxFutureSkew)
 
-	if e.EventID, verr = eventID(m, horizon); verr != nil {
+	var verr *ValidationError
+	if e.EventID, verr = eventID(&rec, horizon); verr != nil {
 		return e, verr
 	}
-	typ, verr := str(m, "event_type")
+	typ, verr := str(&rec, fieldEventType)
 	if verr != nil {
 		return e, verr
 	}
-	if typ != EventType {
-		return e, &ValidationError{"event_type", fmt.Sprintf("%.40q is not %q", typ, EventType)}
+	if string(typ) != EventType {
+		return e, &ValidationError{"event_type", fmt.Sprintf("%.40q is not %q", string(typ), EventType)}
 	}
 	e.EventType = EventType
-	if e.OccurredAt, verr = occurredAt(m, horizon); verr != nil {
+	if e.OccurredAt, verr = occurredAt(&rec, horizon); verr != nil {
 		return e, verr
 	}
-	if e.OrderID, verr = positiveInt(m, "order_id"); verr != nil {
+	if e.OrderID, verr = positiveInt(&rec, fieldOrderID); verr != nil {
 		return e, verr
 	}
-	if e.CustomerID, verr = positiveInt(m, "customer_id"); verr != nil {
+	if e.CustomerID, verr = positiveInt(&rec, fieldCustomerID); verr != nil {
 		return e, verr
 	}
-	if e.TotalAmount, verr = amount(m, "total_amount"); verr != nil {
+	if e.TotalAmount, verr = amount(&rec, fieldTotalAmount); verr != nil {
 		return e, verr
 	}
 	return e, nil
@@ -82,16 +82,16 @@ func decode(value []byte, now time.Time) (OrderConfirmed, *ValidationError) {
 // 16 bytes, the dedup key, and EventID.String() is lowercase either way.
 const canonicalUUIDLen = 36
 
-func eventID(m map[string]json.Token, horizon time.Time) (uuid.UUID, *ValidationError) {
+func eventID(rec *record, horizon time.Time) (uuid.UUID, *ValidationError) {
 	const field = "event_id"
-	s, verr := str(m, field)
+	s, verr := str(rec, fieldEventID)
 	if verr != nil {
 		return uuid.Nil, verr
 	}
 	if len(s) != canonicalUUIDLen {
 		return uuid.Nil, &ValidationError{field, "not a UUID in the 8-4-4-4-12 hyphenated form"}
 	}
-	id, err := uuid.Parse(s)
+	id, err := uuid.ParseBytes(s)
 	if err != nil {
 		return uuid.Nil, &ValidationError{field, "not a UUID in the 8-4-4-4-12 hyphenated form"}
 	}
@@ -115,12 +115,13 @@ func uuidTime(id uuid.UUID) time.Time {
 	return time.UnixMilli(int64(ms))
 }
 
-func occurredAt(m map[string]json.Token, horizon time.Time) (time.Time, *ValidationError) {
+func occurredAt(rec *record, horizon time.Time) (time.Time, *ValidationError) {
 	const field = "occurred_at"
-	s, verr := str(m, field)
+	b, verr := str(rec, fieldOccurredAt)
 	if verr != nil {
 		return time.Time{}, verr
 	}
+	s := string(b)
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil || !rfc3339Shape(s) {
 		return time.Time{}, &ValidationError{field, "not an RFC 3339 timestamp with offset"}
@@ -171,16 +172,16 @@ func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 // positiveInt reads a JSON integer in 1..math.MaxInt64. The number's text is
 // parsed as an integer, so 1.0, 1e3 and 9223372036854775808 are rejected
 // instead of being rounded through float64.
-func positiveInt(m map[string]json.Token, field string) (int64, *ValidationError) {
-	tok, verr := member(m, field)
+func positiveInt(rec *record, i int) (int64, *ValidationError) {
+	m, verr := present(rec, i)
 	if verr != nil {
 		return 0, verr
 	}
-	n, ok := tok.(json.Number)
-	if !ok {
-		return 0, &ValidationError{field, "must be a JSON integer, not " + kindOf(tok)}
+	field := fieldNames[i]
+	if m.kind != kindNumber {
+		return 0, &ValidationError{field, "must be a JSON integer, not " + m.kind.String()}
 	}
-	v, err := strconv.ParseInt(string(n), 10, 64)
+	v, err := strconv.ParseInt(string(m.text), 10, 64)
 	switch {
 	case errors.Is(err, strconv.ErrRange):
 		return 0, &ValidationError{field, "out of the 64-bit integer range"}
@@ -195,21 +196,16 @@ func positiveInt(m map[string]json.Token, field string) (int64, *ValidationError
 // amount reads a JSON string or number and parses its exact text with
 // money.ParseAmount, so 99.9 and "99.90" are both 9990 and nothing is ever
 // a float64.
-func amount(m map[string]json.Token, field string) (money.Amount, *ValidationError) {
-	tok, verr := member(m, field)
+func amount(rec *record, i int) (money.Amount, *ValidationError) {
+	m, verr := present(rec, i)
 	if verr != nil {
 		return 0, verr
 	}
-	var text string
-	switch v := tok.(type) {
-	case string:
-		text = v
-	case json.Number:
-		text = string(v)
-	default:
-		return 0, &ValidationError{field, "must be a JSON string or number, not " + kindOf(tok)}
+	field := fieldNames[i]
+	if m.kind != kindString && m.kind != kindNumber {
+		return 0, &ValidationError{field, "must be a JSON string or number, not " + m.kind.String()}
 	}
-	a, err := money.ParseAmount(text)
+	a, err := money.ParseAmount(string(m.text))
 	if err != nil {
 		return 0, &ValidationError{field, amountReason(err)}
 	}
@@ -227,41 +223,39 @@ func amountReason(err error) string {
 	return msg
 }
 
-// str reads a member that must be a JSON string.
-func str(m map[string]json.Token, field string) (string, *ValidationError) {
-	tok, verr := member(m, field)
+// str reads a member that must be a JSON string and returns its decoded
+// contents.
+func str(rec *record, i int) ([]byte, *ValidationError) {
+	m, verr := present(rec, i)
 	if verr != nil {
-		return "", verr
+		return nil, verr
 	}
-	s, ok := tok.(string)
-	if !ok {
-		return "", &ValidationError{field, "must be a JSON string, not " + kindOf(tok)}
+	if m.kind != kindString {
+		return nil, &ValidationError{fieldNames[i], "must be a JSON string, not " + m.kind.String()}
 	}
-	return s, nil
+	return m.text, nil
 }
 
-// member returns a present, non-null member: null counts as missing.
-func member(m map[string]json.Token, field string) (json.Token, *ValidationError) {
-	tok, ok := m[field]
-	if !ok || tok == nil {
-		return nil, &ValidationError{field, "missing"}
+// present returns a present, non-null member: null counts as missing.
+func present(rec *record, i int) (member, *ValidationError) {
+	if m := rec[i]; m.kind != kindAbsent && m.kind != kindNull {
+		return m, nil
 	}
-	return tok, nil
+	return member{}, &ValidationError{fieldNames[i], "missing"}
 }
 
-// kindOf names the JSON type of a scanObject member for error messages.
-func kindOf(tok json.Token) string {
-	switch v := tok.(type) {
-	case string:
+// String names the JSON type for error messages ("a string", "an array").
+func (k kind) String() string {
+	switch k {
+	case kindString:
 		return "a string"
-	case json.Number:
+	case kindNumber:
 		return "a number"
-	case bool:
+	case kindBool:
 		return "a boolean"
-	case json.Delim:
-		if v == '[' {
-			return "an array"
-		}
+	case kindArray:
+		return "an array"
+	case kindObject:
 		return "an object"
 	}
 	return "null"

@@ -21,17 +21,7 @@ import (
 // invariants and survives a round trip through its canonical encoding.
 // Every fixture is a seed, so plain `go test` runs them all.
 func FuzzDecode(f *testing.F) {
-	paths, err := filepath.Glob(filepath.Join("testdata", "*", "*.json"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
+	addFixtureSeeds(f)
 	f.Fuzz(func(t *testing.T, value []byte) {
 		e, err := Decode(value, testNow)
 		if err != nil {
@@ -49,6 +39,21 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// addFixtureSeeds adds every testdata fixture to f's seed corpus.
+func addFixtureSeeds(f *testing.F) {
+	paths, err := filepath.Glob(filepath.Join("testdata", "*", "*.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
 }
 
 var knownFields = map[string]bool{
@@ -82,7 +87,7 @@ func checkInvariants(t *testing.T, value []byte, e OrderConfirmed) {
 	if len(value) > MaxValueBytes {
 		t.Errorf("accepted a %d-byte value", len(value))
 	}
-	// The token walk must not be more lenient than the standard parser.
+	// The scanner must not be more lenient than the standard parser.
 	if !json.Valid(value) {
 		t.Errorf("accepted a value encoding/json calls invalid: %q", value)
 	}

@@ -31,8 +31,10 @@ type Charge struct {
 // byte-identical bodies, which is what lets a retry reuse the idempotency
 // key. It is built by hand rather than with encoding/json so that no
 // encoder change can ever alter the bytes.
-func (ch Charge) Body() []byte {
-	b := make([]byte, 0, 96)
+func (ch Charge) Body() []byte { return ch.appendBody(make([]byte, 0, maxBodyLen)) }
+
+// appendBody appends Body's bytes to b.
+func (ch Charge) appendBody(b []byte) []byte {
 	b = append(b, `{"order_id":`...)
 	b = strconv.AppendInt(b, ch.OrderID, 10)
 	b = append(b, `,"customer_id":`...)

@@ -11,13 +11,10 @@
 package payment
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -27,7 +24,6 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 )
@@ -88,15 +84,25 @@ type Config struct {
 // multiple goroutines and should be shared: it owns one http.Client whose
 // connection pool is sized by Config.MaxConns.
 type Client struct {
-	endpoint string
-	auth     string // full Authorization header value, or ""
+	// template is the request every attempt copies: method, URL (shared,
+	// never modified) and protocol. Header, Body, GetBody and ContentLength
+	// are the attempt's own.
+	template *http.Request
+	// auth is the full Authorization header value, nil without a token; it
+	// and jsonType are shared by every request's header map and never
+	// written to (net/http only reads request headers).
+	auth     []string
+	jsonType []string
 	timeout  time.Duration
 	observe  func(string, time.Duration)
 	http     *http.Client
-	// propagator is nil when no trace context is sent; tracer is never nil.
+	// propagator is nil when no trace context is sent; tracer is nil when
+	// no span is started.
 	propagator propagation.TextMapPropagator
 	tracer     trace.Tracer
 	path       string // the endpoint's path, for spans
+	// codes are the decimal forms of statuses 100-599, for Observe.
+	codes [500]string
 }
 
 // Result is the provider's acceptance of a charge.
@@ -140,12 +146,15 @@ func New(cfg Config) (*Client, error) {
 	}
 	connect := min(cfg.Timeout, maxConnectTimeout)
 	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
+	// No ResponseHeaderTimeout: the attempt's context deadline in Charge
+	// bounds the whole attempt, headers and body, and is the one timer a
+	// request costs. The dial and handshake bounds apply to a new
+	// connection only.
 	transport := &http.Transport{
 		Proxy:                  cfg.Proxy,
 		DialContext:            dialer.DialContext,
 		TLSClientConfig:        tlsCfg,
 		TLSHandshakeTimeout:    connect,
-		ResponseHeaderTimeout:  cfg.Timeout,
 		IdleConnTimeout:        90 * time.Second,
 		MaxIdleConns:           maxConns,
 		MaxIdleConnsPerHost:    maxConns,
@@ -153,8 +162,15 @@ func New(cfg Config) (*Client, error) {
 		MaxResponseHeaderBytes: 64 << 10,
 		ForceAttemptHTTP2:      true,
 	}
+	// Built as every request used to be, so its URL, Host and protocol are
+	// exactly NewRequest's.
+	template, err := http.NewRequest(http.MethodPost, endpoint.String(), nil)
+	if err != nil { // endpoint was validated above: a bug
+		return nil, fmt.Errorf("payment: building the request: %w", err)
+	}
 	c := &Client{
-		endpoint:   endpoint.String(),
+		template:   template,
+		jsonType:   []string{"application/json"},
 		timeout:    cfg.Timeout,
 		observe:    cfg.Observe,
 		propagator: cfg.Propagator,
@@ -169,10 +185,10 @@ func New(cfg Config) (*Client, error) {
 		},
 	}
 	if cfg.Token != "" {
-		c.auth = "Bearer " + cfg.Token
+		c.auth = []string{"Bearer " + cfg.Token}
 	}
-	if c.tracer == nil {
-		c.tracer = noop.NewTracerProvider().Tracer("")
+	for i := range c.codes {
+		c.codes[i] = strconv.Itoa(100 + i)
 	}
 	return c, nil
 }
@@ -240,35 +256,55 @@ func (c *Client) Charge(ctx context.Context, ch Charge) (Result, error) {
 	if err := ch.validate(); err != nil {
 		return Result{}, (&Error{Kind: fault.Invalid, Err: fmt.Errorf("invalid charge: %w", err)}).wrap()
 	}
-	ctx, span := c.startSpan(ctx)
-	defer span.End()
+	// Without a tracer no span is started: a no-op tracer's span would
+	// carry ctx's span context unchanged, so the propagator injects the
+	// same traceparent either way.
+	var span trace.Span
+	if c.tracer != nil {
+		ctx, span = c.startSpan(ctx)
+		defer span.End()
+	}
+	// The attempt's one deadline: it covers waiting for a connection,
+	// sending, the answer's headers and reading its body.
 	attemptCtx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(attemptCtx, http.MethodPost, c.endpoint, bytes.NewReader(ch.Body()))
-	if err != nil { // the URL was validated in New: a bug, not an event's fault
-		return Result{}, (&Error{Kind: fault.Systemic, Err: err}).wrap()
-	}
-	// Injected first, so that the headers set below win over anything a
-	// propagator might write.
-	if c.propagator != nil {
-		c.propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	// Besides telling the provider, this header lets net/http itself replay
-	// the request on a pooled connection the server had already closed.
-	req.Header.Set("Idempotency-Key", ch.IdempotencyKey)
-	if c.auth != "" {
-		req.Header.Set("Authorization", c.auth)
-	}
+	req := c.request(attemptCtx, ctx, ch)
 
 	start := time.Now()
 	res, code, err := c.do(ctx, attemptCtx, req)
 	if c.observe != nil {
 		c.observe(code, time.Since(start))
 	}
-	endSpan(span, code, err)
+	if span != nil {
+		endSpan(span, code, err)
+	}
 	return res, err
+}
+
+// request builds the attempt's request from the template: the body and
+// the Idempotency-Key come from ch alone, so every attempt for ch sends
+// the same bytes. traceCtx is the context whose trace is propagated.
+func (c *Client) request(attemptCtx, traceCtx context.Context, ch Charge) *http.Request {
+	req := c.template.WithContext(attemptCtx)
+	h := make(http.Header, 6)
+	// Injected first, so that the headers set below win over anything a
+	// propagator might write.
+	if c.propagator != nil {
+		c.propagator.Inject(traceCtx, propagation.HeaderCarrier(h))
+	}
+	// Canonical keys, set directly: Header.Set would canonicalise each.
+	h["Content-Type"] = c.jsonType
+	h["Accept"] = c.jsonType
+	// Besides telling the provider, this header lets net/http itself replay
+	// the request on a pooled connection the server had already closed.
+	h["Idempotency-Key"] = []string{ch.IdempotencyKey}
+	if c.auth != nil {
+		h["Authorization"] = c.auth
+	}
+	req.Header = h
+	body := newRequestBody(ch)
+	req.Body, req.GetBody, req.ContentLength = body.open(), body.reopen, int64(len(body.body))
+	return req
 }
 
 // do sends req and reads the answer. code is the value for Observe.
@@ -277,16 +313,18 @@ func (c *Client) do(ctx, attemptCtx context.Context, req *http.Request) (Result,
 	if err != nil {
 		return Result{}, "error", c.noAnswer(ctx, attemptCtx, err)
 	}
+	buf := getBuffer()
 	defer func() {
 		// Drain so the connection goes back to the pool; past the limit,
 		// closing drops the connection instead, which is cheaper.
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBody))
+		drain(resp.Body, maxResponseBody, buf)
 		_ = resp.Body.Close()
+		putBuffer(buf)
 	}()
-	code := strconv.Itoa(resp.StatusCode)
+	code := c.code(resp.StatusCode)
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody)) // the status decides; the body only adds a code
+		body, _ := readAtMost(resp.Body, maxErrorBody, buf) // the status decides; the body only adds a code
 		e := &Error{
 			Status:     resp.StatusCode,
 			Kind:       classify(resp.StatusCode),
@@ -300,7 +338,7 @@ func (c *Client) do(ctx, attemptCtx context.Context, req *http.Request) (Result,
 		Status:   resp.StatusCode,
 		Replayed: strings.EqualFold(resp.Header.Get("Idempotent-Replayed"), "true"),
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
+	body, err := readAtMost(resp.Body, maxResponseBody+1, buf)
 	if err != nil {
 		// The status says charged, but the answer broke off. Retrying with
 		// the same key is harmless and gets the stored answer, charge id
@@ -311,6 +349,14 @@ func (c *Client) do(ctx, attemptCtx context.Context, req *http.Request) (Result,
 		res.ChargeID = chargeID(body)
 	}
 	return res, code, nil
+}
+
+// code returns status in decimal, as Observe takes it.
+func (c *Client) code(status int) string {
+	if status >= 100 && status < 100+len(c.codes) {
+		return c.codes[status-100]
+	}
+	return strconv.Itoa(status)
 }
 
 // noAnswer builds the Transient error of an attempt whose outcome is unknown.
@@ -326,16 +372,4 @@ func (c *Client) noAnswer(ctx, attemptCtx context.Context, err error) error {
 		return (&Error{Kind: fault.Systemic, Err: err}).wrap()
 	}
 	return (&Error{Kind: fault.Transient, Err: err}).wrap()
-}
-
-// chargeID returns the charge_id of a 2xx body, or "" when the body is
-// empty, not JSON, or the id is not a plausible identifier.
-func chargeID(body []byte) string {
-	var v struct {
-		ChargeID string `json:"charge_id"`
-	}
-	if json.Unmarshal(body, &v) != nil || len(v.ChargeID) > maxChargeIDLen || !visibleASCII(v.ChargeID) {
-		return ""
-	}
-	return v.ChargeID
 }

@@ -112,8 +112,8 @@ func TestNewValidates(t *testing.T) {
 			t.Errorf("New(%q): %v", base, err)
 			continue
 		}
-		if c.endpoint != want {
-			t.Errorf("New(%q) endpoint %q, want %q", base, c.endpoint, want)
+		if c.template.URL.String() != want {
+			t.Errorf("New(%q) endpoint %q, want %q", base, c.template.URL.String(), want)
 		}
 		if tr := c.http.Transport.(*http.Transport); strings.HasPrefix(want, "https") {
 			if tr.TLSClientConfig.MinVersion != tls.VersionTLS12 || tr.TLSClientConfig == tlsCfg {
@@ -132,8 +132,14 @@ func TestNewTransport(t *testing.T) {
 	if tr.MaxConnsPerHost != 32 || tr.MaxIdleConnsPerHost != 32 || tr.MaxIdleConns != 32 {
 		t.Errorf("pool sized %d/%d/%d, want 32", tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost, tr.MaxIdleConns)
 	}
-	if tr.ResponseHeaderTimeout != 3*time.Second || tr.TLSHandshakeTimeout != 3*time.Second || tr.DialContext == nil {
-		t.Errorf("timeouts not set: header %v, TLS %v", tr.ResponseHeaderTimeout, tr.TLSHandshakeTimeout)
+	if tr.TLSHandshakeTimeout != 3*time.Second || tr.DialContext == nil {
+		t.Errorf("connect timeouts not set: TLS %v", tr.TLSHandshakeTimeout)
+	}
+	// The attempt's context deadline is the one per-request timer; it
+	// covers the headers (TestChargeTimeout) and the body
+	// (TestSlowBodyThenRetryChargesOnce).
+	if tr.ResponseHeaderTimeout != 0 || c.http.Timeout != 0 {
+		t.Errorf("a second per-request deadline: header %v, client %v", tr.ResponseHeaderTimeout, c.http.Timeout)
 	}
 	c = newClient(t, "http://pay.example.com", nil)
 	if tr := c.http.Transport.(*http.Transport); tr.MaxConnsPerHost != defaultMaxConns {
