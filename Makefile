@@ -38,8 +38,10 @@ chaos: build ## the long fault-injection profile: >=100 kills, >=1000 provider f
 # its deadline and fails, now and then, with a bare "context deadline
 # exceeded" and no crasher (go.dev/issue/75804, fixed only in Go 1.27).
 # FUZZTIME (a count such as 5000000x, or a duration for a local run, e.g.
-# 1m) overrides all four.
+# 1m) overrides all of them.
 FUZZ_DECODE  ?= 600000x
+FUZZ_ORACLE  ?= 200000x
+FUZZ_CHARGEID ?= 100000x
 FUZZ_AMOUNT  ?= 1000000x
 FUZZ_RECORD  ?= 100000x
 FUZZ_CHARGE  ?= 100000x
@@ -49,6 +51,8 @@ fuzz: ## each fuzz target for its execution budget (about 10 s each), or FUZZTIM
 	go test -run XXX -fuzz FuzzParseAmount -fuzztime $${FUZZTIME:-$(FUZZ_AMOUNT)} ./internal/money/
 	go test -run XXX -fuzz FuzzRecord -fuzztime $${FUZZTIME:-$(FUZZ_RECORD)} ./internal/dlq/
 	go test -run XXX -fuzz FuzzChargeBody -fuzztime $${FUZZTIME:-$(FUZZ_CHARGE)} ./internal/payment/
+	go test -run XXX -fuzz '^FuzzAgainstOldDecoder$$' -fuzztime $${FUZZTIME:-$(FUZZ_ORACLE)} ./internal/events/
+	go test -run XXX -fuzz '^FuzzChargeID$$' -fuzztime $${FUZZTIME:-$(FUZZ_CHARGEID)} ./internal/payment/
 
 pg-start: ## start the scratch Postgres and print its URL
 	@scripts/pg.sh start
