@@ -14,6 +14,8 @@ type report struct {
 	env     machine
 	opts    options
 	results []result
+	// baseline are the runs of the -baseline binary (default mode only).
+	baseline []result
 	pgbench []pgbenchResult
 	took    time.Duration
 }
@@ -43,10 +45,11 @@ func mb(b int64) string { return fmt.Sprintf("%.0f MB", float64(b)/1e6) }
 func (r report) printTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "mode\tprovider latency\tevents/s\tcommitted\twindow\tsteady load\tp50\tp99\tpeak RSS\tin provider\tCPU cores: consumer / postgres / kafka / harness / other / idle\t")
-	for _, x := range r.results {
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%d\t%.1f s\t%.0f/s\t%s\t%s\t%s\t%.1f\t%.2f / %.2f / %.2f / %.2f / %.2f / %.2f\t\n",
-			x.Mode, ms(x.Latency), x.TP.Rate, x.TP.Committed, x.TP.Window.Seconds(), x.SteadyRate,
+	fmt.Fprintln(tw, "mode\tprovider latency\tevents/s\tCPU µs/event\tallocs/event\tKiB/event\tcommitted\twindow\tsteady load\tp50\tp99\tpeak RSS\tin provider\tCPU cores: consumer / postgres / kafka / harness / other / idle\t")
+	for _, x := range append(append([]result{}, r.results...), r.baseline...) {
+		fmt.Fprintf(tw, "%s%s\t%s\t%.0f\t%.0f\t%.0f\t%.1f\t%d\t%.1f s\t%.0f/s\t%s\t%s\t%s\t%.1f\t%.2f / %.2f / %.2f / %.2f / %.2f / %.2f\t\n",
+			x.Mode, x.binLabel(), ms(x.Latency), x.TP.Rate, x.Cost.CPUPerEvent(), x.Cost.AllocsPerEvent(), x.Cost.BytesPerEvent()/1024,
+			x.TP.Committed, x.TP.Window.Seconds(), x.SteadyRate,
 			ms(x.P50), ms(x.P99), mb(x.PeakRSS), x.InFlight, x.CPU.Consumer, x.CPU.Postgres, x.CPU.Kafka, x.CPU.Harness, x.CPU.Other, x.CPU.Idle)
 	}
 	tw.Flush()
@@ -131,10 +134,11 @@ func (r report) markdown(chart string) string {
 	if chart != "" {
 		p("![events/s per provider latency, sequential vs default (log scale)](%s)\n\n", filepath.Base(chart))
 	}
-	p("| mode | provider latency | events/s | events committed (window) | steady load | p50 produce→commit | p99 produce→commit | peak RSS |\n")
-	p("|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| mode | provider latency | events/s | CPU µs/event | allocs/event | KiB allocated/event | events committed (window) | steady load | p50 produce→commit | p99 produce→commit | peak RSS |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.results {
-		p("| %s | %s | **%.0f** | %d (%.1f s) | %.0f/s × %d | %s | %s | %s |\n", x.Mode, ms(x.Latency), x.TP.Rate, x.TP.Committed,
+		p("| %s | %s | **%.0f** | %.0f | %.0f | %.1f | %d (%.1f s) | %.0f/s × %d | %s | %s | %s |\n", x.Mode, ms(x.Latency), x.TP.Rate,
+			x.Cost.CPUPerEvent(), x.Cost.AllocsPerEvent(), x.Cost.BytesPerEvent()/1024, x.TP.Committed,
 			x.TP.Window.Seconds(), x.SteadyRate, x.SteadyRecords, ms(x.P50), ms(x.P99), mb(x.PeakRSS))
 	}
 	p("\nWhile the backlog drained: CPU used, in cores (CPU-seconds per second; %d in all), and the mean number of charges in progress "+
@@ -204,9 +208,16 @@ func (r report) method(b *strings.Builder) {
   The records are read back afterwards (offset, timestamp) and matched with the polled committed offsets: a record's latency is the
   first poll at which its partition's committed offset had passed it, minus its timestamp. The poll interval (%v) bounds the resolution,
   and in the default mode so does the 1 s commit interval: a finished event waits up to 1 s for the next commit.
+- **CPU µs/event, allocs/event, KiB allocated/event** (the consumer process alone, while its backlog drained): when the harness first sees
+  the committed offsets advance, and again when it sees the backlog drained (or the time box end), it reads the committed total it has
+  just polled, then the consumer's user+system time from /proc/<pid>/stat (10 ms ticks), then its go_memstats_mallocs_total and
+  go_memstats_alloc_bytes_total from /metrics (the Go collector). Each is the difference between the two readings divided by the events
+  committed between them; so the events before the first commit, and the process start and group join, count neither in the events
+  nor in the cost. The readings come within one poll interval (%v) of the samples they are paired with; the first /metrics scrape's
+  own allocations fall inside the window (a few hundred KiB, against hundreds of MiB of events).
 - **peak RSS**: VmHWM of the consumer process from /proc just before it is stopped (SIGTERM), the larger of the two processes of a run.
 - **Correctness**: after each clean stop, the orders of exactly the committed records must have been charged, each once, at the simulator
   (no order charged twice) and have a ledger row with the provider's charge id; the bench fails otherwise.
-`, r.env.Defaults.Concurrency, r.env.Defaults.BatchSize, partitions, o.poll, o.timebox, o.steadyCap, o.steadyFor, o.poll)
+`, r.env.Defaults.Concurrency, r.env.Defaults.BatchSize, partitions, o.poll, o.timebox, o.steadyCap, o.steadyFor, o.poll, o.poll)
 	fmt.Fprintln(b)
 }
