@@ -27,10 +27,10 @@ type options struct {
 	jsonPath string
 	// profileDir, when set, makes the run a profile (make profile): one
 	// backlog of profileBacklog records, a CPU profile of profileSeconds.
-	profileDir                    string
+	profileDir                     string
 	profileSeconds, profileBacklog int
-	skipSweep, skipRecovery       bool
-	recoveryRate                  float64 // offered load of the recovery scenario, events/s
+	skipSweep, skipRecovery        bool
+	recoveryRate                   float64 // offered load of the recovery scenario, events/s
 }
 
 // selected reports whether -only (empty: everything) names part, a
@@ -85,4 +85,3 @@ func parseOptions(args []string) (options, error) {
 	}
 	return o, nil
 }
-

@@ -16,8 +16,8 @@ type report struct {
 	results []result
 	// baseline are the runs of the -baseline binary (default mode only).
 	baseline []result
-	pgbench []pgbenchResult
-	took    time.Duration
+	pgbench  []pgbenchResult
+	took     time.Duration
 }
 
 func (r report) find(mode string, latency time.Duration) (result, bool) {
