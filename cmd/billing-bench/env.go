@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -37,6 +38,16 @@ type defaults struct {
 	Concurrency     int // BILLING_CONCURRENCY
 	BatchSize       int // BILLING_BATCH_SIZE
 	PartitionWindow int // BILLING_PARTITION_WINDOW
+	// Group are the defaults of the group and shutdown settings that the
+	// recovery scenario depends on, as the help prints them, by variable;
+	// only those the binary has (a heartbeat setting may not exist).
+	Group map[string]string
+}
+
+// groupSettings are the variables of defaults.Group.
+var groupSettings = []string{
+	"BILLING_KAFKA_SESSION_TIMEOUT", "BILLING_KAFKA_HEARTBEAT_INTERVAL", "BILLING_KAFKA_REBALANCE_TIMEOUT",
+	"BILLING_DRAIN_TIMEOUT", "BILLING_KAFKA_COMMIT_INTERVAL",
 }
 
 // readDefaults runs `bin help` and reads the defaults from its table of
@@ -53,13 +64,16 @@ func readDefaults(ctx context.Context, bin string) (defaults, error) {
 // help`; a variable missing, or a default that is not an integer, is an
 // error naming it.
 func parseDefaults(help string) (defaults, error) {
-	var d defaults
+	d := defaults{Group: map[string]string{}}
 	want := map[string]*int{
 		"BILLING_CONCURRENCY": &d.Concurrency, "BILLING_BATCH_SIZE": &d.BatchSize,
 		"BILLING_PARTITION_WINDOW": &d.PartitionWindow,
 	}
 	for line := range strings.Lines(help) {
 		f := strings.Fields(line)
+		if len(f) >= 3 && slices.Contains(groupSettings, f[0]) {
+			d.Group[f[0]] = f[2]
+		}
 		if len(f) < 3 || want[f[0]] == nil {
 			continue
 		}

@@ -140,6 +140,21 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 
+	var recs []recovery
+	if !o.skipRecovery && o.selected("recovery") {
+		for _, baseline := range []bool{false, true} {
+			if baseline && o.baseline == "" {
+				continue
+			}
+			rec, err := b.recoveryScenario(ctx, baseline)
+			if err != nil {
+				return fmt.Errorf("recovery scenario: %w", err)
+			}
+			recs = append(recs, rec)
+			failures = append(failures, rec.problems...)
+		}
+	}
+
 	var pgb []pgbenchResult
 	if !o.skipPgbench {
 		pgb, err = runPgbench(ctx, o, pool, logf, stdout)
@@ -147,7 +162,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("pgbench: %w", err)
 		}
 	}
-	rep := report{env: env, opts: o, results: results, baseline: base, pgbench: pgb, took: time.Since(began)}
+	rep := report{env: env, opts: o, results: results, baseline: base, recovery: recs, pgbench: pgb, took: time.Since(began)}
 	rep.printTable(stdout)
 	if err := rep.write(stdout); err != nil {
 		return err

@@ -16,6 +16,7 @@ type report struct {
 	results []result
 	// baseline are the runs of the -baseline binary (default mode only).
 	baseline []result
+	recovery []recovery // the recovery scenario, of the binary under test then of the baseline
 	pgbench  []pgbenchResult
 	took     time.Duration
 }
@@ -63,6 +64,7 @@ func (r report) printTable(w io.Writer) {
 	for _, t := range r.targets() {
 		fmt.Fprintf(w, "target %-38s %-22s %s\n", t.name, t.measured, t.verdict())
 	}
+	r.printRecovery(w)
 	fmt.Fprintf(w, "bench took %s\n", r.took.Round(time.Second))
 }
 
@@ -108,7 +110,7 @@ func (r report) targets() []target {
 		peak = max(peak, x.PeakRSS)
 	}
 	ts = append(ts, target{"peak RSS < 150 MB", mb(peak), peak < 150e6})
-	return ts
+	return append(ts, r.recoveryTargets()...)
 }
 
 // markdown renders docs/benchmarks.md; chart is the path of the SVG,
@@ -166,6 +168,8 @@ func (r report) markdown(chart string) string {
 		}
 		p("\nEvery run charged each committed order exactly once: %d orders checked against the simulator (no order charged twice) and the ledger.\n", total)
 	}
+
+	r.recoveryMarkdown(&b)
 
 	p("\n## Targets\n\n| target | measured | |\n|---|---:|---|\n")
 	for _, t := range r.targets() {
