@@ -29,6 +29,8 @@ type machine struct {
 	SyncCommit   string
 	KafkaVersion string
 	Defaults     defaults // of the binary under test, from its help
+	// BaselineConsumer is the version line of the -baseline binary.
+	BaselineConsumer string
 }
 
 // defaults are the binary's defaults of the settings the default mode
@@ -108,6 +110,13 @@ func describeEnv(ctx context.Context, pool *pgxpool.Pool, o options) (machine, e
 		m.Consumer = strings.TrimSpace(string(out))
 	} else {
 		return m, fmt.Errorf("%s version: %w (run make build)", o.bin, err)
+	}
+	if o.baseline != "" {
+		out, err := exec.CommandContext(ctx, o.baseline, "version").Output()
+		if err != nil {
+			return m, fmt.Errorf("-baseline %s version: %w", o.baseline, err)
+		}
+		m.BaselineConsumer = strings.TrimSpace(string(out))
 	}
 	var err error
 	if m.Defaults, err = readDefaults(ctx, o.bin); err != nil {

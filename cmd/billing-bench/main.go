@@ -140,6 +140,16 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 
+	var sweep []result
+	if !o.skipSweep && o.selected("sweep") {
+		if sweep, err = b.runSweep(ctx); err != nil {
+			return err
+		}
+		for _, x := range sweep {
+			failures = append(failures, x.problems...)
+		}
+	}
+
 	var recs []recovery
 	if !o.skipRecovery && o.selected("recovery") {
 		for _, baseline := range []bool{false, true} {
@@ -162,7 +172,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("pgbench: %w", err)
 		}
 	}
-	rep := report{env: env, opts: o, results: results, baseline: base, recovery: recs, pgbench: pgb, took: time.Since(began)}
+	var prev *runJSON
+	if o.jsonPath != "" {
+		if prev, err = readPrevious(o.jsonPath); err != nil {
+			return err
+		}
+	}
+	rep := report{previous: prev, env: env, opts: o, results: results, baseline: base, sweep: sweep, recovery: recs, pgbench: pgb, took: time.Since(began)}
 	rep.printTable(stdout)
 	if err := rep.write(stdout); err != nil {
 		return err
@@ -224,6 +240,12 @@ func (r report) write(stdout io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "rewrote the summary in %s\n", r.opts.readme)
+	}
+	if r.opts.jsonPath != "" {
+		if err := writeJSON(r.opts.jsonPath, r.json(time.Now())); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s\n", r.opts.jsonPath)
 	}
 	return nil
 }

@@ -38,6 +38,8 @@ func (r report) readmeSummary() string {
 		p("| %s | %s | %s | %.0f | %.0f | %s / %s | %s |\n", x.Mode, ms(x.Latency), rate, x.Cost.CPUPerEvent(), x.Cost.AllocsPerEvent(),
 			ms(x.P50), ms(x.P99), mb(x.PeakRSS))
 	}
+	b.WriteString(r.comparisonSummary())
+	b.WriteString(r.sweepSummary())
 	b.WriteString(r.recoverySummary())
 	if len(r.pgbench) > 0 {
 		var parts []string

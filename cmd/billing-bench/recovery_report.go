@@ -118,7 +118,7 @@ func (r report) recoveryTargets() []target {
 	for _, rec := range r.recovery {
 		if c, ok := rec.crash(); ok && !rec.Baseline {
 			return []target{{fmt.Sprintf("crash of one of two replicas: every partition advancing again <= %v", crashTarget),
-				secs(c.AllProgress), c.AllProgress <= crashTarget}}
+				secs(c.AllProgress), c.AllProgress <= crashTarget, false}}
 		}
 	}
 	return nil

@@ -16,6 +16,8 @@ type report struct {
 	results []result
 	// baseline are the runs of the -baseline binary (default mode only).
 	baseline []result
+	sweep    []result   // the backlog-size sweep (default mode, 0 ms)
+	previous *runJSON   // the previous run's -json, if any
 	recovery []recovery // the recovery scenario, of the binary under test then of the baseline
 	pgbench  []pgbenchResult
 	took     time.Duration
@@ -28,6 +30,12 @@ func (r report) find(mode string, latency time.Duration) (result, bool) {
 		}
 	}
 	return result{}, false
+}
+
+// all are the results of every backlog measured: the runs of the table,
+// of the sweep and of the baseline.
+func (r report) all() []result {
+	return append(append(append([]result{}, r.results...), r.sweep...), r.baseline...)
 }
 
 func ms(d time.Duration) string {
@@ -64,6 +72,7 @@ func (r report) printTable(w io.Writer) {
 	for _, t := range r.targets() {
 		fmt.Fprintf(w, "target %-38s %-22s %s\n", t.name, t.measured, t.verdict())
 	}
+	r.printSweep(w)
 	r.printRecovery(w)
 	fmt.Fprintf(w, "bench took %s\n", r.took.Round(time.Second))
 }
@@ -77,12 +86,17 @@ func (r report) speedup() (float64, bool) {
 	return def.TP.Rate / seq.TP.Rate, true
 }
 
+// target is one line of the Targets table.
 type target struct {
 	name, measured string
 	met            bool
+	unmeasured     bool // the run did not measure it (e.g. no -baseline): neither met nor not
 }
 
 func (t target) verdict() string {
+	if t.unmeasured {
+		return "not measured"
+	}
 	if t.met {
 		return "met"
 	}
@@ -99,17 +113,19 @@ func (r report) targets() []target {
 	}{{0, 5000}, {20 * time.Millisecond, 3000}, {100 * time.Millisecond, 1000}} {
 		if x, ok := r.find("default", want.latency); ok {
 			ts = append(ts, target{fmt.Sprintf("default, %s: >= %.0f events/s", ms(want.latency), want.rate),
-				fmt.Sprintf("%.0f events/s", x.TP.Rate), x.TP.Rate >= want.rate})
+				fmt.Sprintf("%.0f events/s", x.TP.Rate), x.TP.Rate >= want.rate, false})
 		}
 	}
 	if s, ok := r.speedup(); ok {
-		ts = append(ts, target{"default/sequential at 20 ms: >= 100x", fmt.Sprintf("%.0fx", s), s >= 100})
+		ts = append(ts, target{"default/sequential at 20 ms: >= 100x", fmt.Sprintf("%.0fx", s), s >= 100, false})
 	}
 	var peak int64
-	for _, x := range r.results {
+	for _, x := range append(append([]result{}, r.results...), r.sweep...) {
 		peak = max(peak, x.PeakRSS)
 	}
-	ts = append(ts, target{"peak RSS < 150 MB", mb(peak), peak < 150e6})
+	ts = append(ts, r.issue14Targets()...)
+	ts = append(ts, target{"peak RSS < 150 MB", mb(peak), peak < 150e6, false})
+	ts = append(ts, r.sweepTargets()...)
 	return append(ts, r.recoveryTargets()...)
 }
 
@@ -143,6 +159,9 @@ func (r report) markdown(chart string) string {
 			x.Cost.CPUPerEvent(), x.Cost.AllocsPerEvent(), x.Cost.BytesPerEvent()/1024, x.TP.Committed,
 			x.TP.Window.Seconds(), x.SteadyRate, x.SteadyRecords, ms(x.P50), ms(x.P99), mb(x.PeakRSS))
 	}
+	r.baselineMarkdown(&b)
+	r.previousMarkdown(&b)
+	r.sweepMarkdown(&b)
 	p("\nWhile the backlog drained: CPU used, in cores (CPU-seconds per second; %d in all), and the mean number of charges in progress "+
 		"at the simulator (sampled every 20 ms):\n\n", e.CPUs)
 	p("| mode | provider latency | consumer | postgres | kafka | harness + simulator | other | idle | charges in progress |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -151,9 +170,14 @@ func (r report) markdown(chart string) string {
 		p("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f |\n", x.Mode, ms(x.Latency), c.Consumer, c.Postgres, c.Kafka, c.Harness, c.Other, c.Idle, x.InFlight)
 	}
 	var notes []string
-	for _, x := range r.results {
+	for _, x := range r.all() {
 		for _, n := range append(append([]string{}, x.problems...), x.notes...) {
-			notes = append(notes, fmt.Sprintf("%s at %s: %s", x.Mode, ms(x.Latency), n))
+			notes = append(notes, fmt.Sprintf("%s at %s (%d records%s): %s", x.Mode, ms(x.Latency), x.Backlog, x.binLabel(), n))
+		}
+	}
+	for _, rec := range r.recovery {
+		for _, n := range rec.notes {
+			notes = append(notes, fmt.Sprintf("recovery (%s): %s", rec.label(), n))
 		}
 	}
 	if len(notes) > 0 {
@@ -163,7 +187,7 @@ func (r report) markdown(chart string) string {
 		}
 	} else {
 		total := 0
-		for _, x := range r.results {
+		for _, x := range r.all() {
 			total += x.Charges
 		}
 		p("\nEvery run charged each committed order exactly once: %d orders checked against the simulator (no order charged twice) and the ledger.\n", total)

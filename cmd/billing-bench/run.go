@@ -79,11 +79,13 @@ func (r result) binLabel() string {
 }
 
 func (r result) line() string {
-	s := fmt.Sprintf("  %-10s %5v%s: %7.0f events/s (%d committed in %.1fs), %.0f µs CPU, %.0f allocs, %.1f KiB per event; "+
-		"steady %.0f/s: p50 %v p99 %v, peak RSS %.0f MB, %d charges verified",
+	s := fmt.Sprintf("  %-10s %5v%s: %7.0f events/s (%d committed in %.1fs), %.0f µs CPU, %.0f allocs, %.1f KiB per event; ",
 		r.Mode, r.Latency, r.binLabel(), r.TP.Rate, r.TP.Committed, r.TP.Window.Seconds(),
-		r.Cost.CPUPerEvent(), r.Cost.AllocsPerEvent(), r.Cost.BytesPerEvent()/1024, r.SteadyRate,
-		r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), float64(r.PeakRSS)/1e6, r.Charges)
+		r.Cost.CPUPerEvent(), r.Cost.AllocsPerEvent(), r.Cost.BytesPerEvent()/1024)
+	if r.SteadyRecords > 0 {
+		s += fmt.Sprintf("steady %.0f/s: p50 %v p99 %v, ", r.SteadyRate, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond))
+	}
+	s += fmt.Sprintf("peak RSS %.0f MB, %d charges verified", float64(r.PeakRSS)/1e6, r.Charges)
 	for _, p := range r.problems {
 		s += "\n    FAILED: " + p
 	}
