@@ -61,7 +61,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON here, after reading the previous results from it (shown as the previous run)")
 	fs.StringVar(&o.profileDir, "profile", "", "profile instead of benchmarking: drain one default-mode backlog at 0 ms and write cpu.pprof and allocs.pprof of the consumer here")
 	fs.IntVar(&o.profileSeconds, "profile-seconds", 20, "length of the CPU profile of -profile, from the first commit")
-	fs.IntVar(&o.profileBacklog, "profile-backlog", 300000, "records of the -profile backlog: enough to outlast -profile-seconds")
+	fs.IntVar(&o.profileBacklog, "profile-backlog", 500000, "records of the -profile backlog: enough to outlast -profile-seconds")
 	fs.BoolVar(&o.skipSweep, "skip-sweep", false, "do not run the backlog-size sweep")
 	fs.BoolVar(&o.skipRecovery, "skip-recovery", false, "do not run the crashed-replica and rolling-restart scenario")
 	fs.Float64Var(&o.recoveryRate, "recovery-rate", 1000, "offered load of the recovery scenario, events/s")
