@@ -136,7 +136,7 @@ func TestReportRendersEveryPart(t *testing.T) {
 	for _, want := range []string{
 		"| default | 0 ms | **20000** | 58 | 140 | 1.0 |",
 		"### Before and after, in this sitting", "| 20 ms | 6000 | 12000 | 2.00× |",
-		"### Cost by backlog size", "| 1000 | 1 | **58** |",
+		"### Cost by backlog size", "| 1000 records | 1 | **58** |",
 		"## Recovery from a crashed replica", "| under test | BILLING_KAFKA_SESSION_TIMEOUT=10s | crash: SIGKILL of one of two replicas | **8.0 s** | 8.0 s |",
 		"| crash of one of two replicas: every partition advancing again <= 10s | 8.0 s | met |",
 		"| CPU per event flat (±10%) across the 3 backlog sizes | 57–59 µs/event (±2%) | met |",
@@ -144,6 +144,11 @@ func TestReportRendersEveryPart(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("docs/benchmarks.md lacks %q", want)
 		}
+	}
+	// TestReadmeSummaryMatchesTheReport reads the pgbench table by these
+	// rows: no other table may look like it.
+	if m := regexp.MustCompile(`(?m)^\| (\d+) \| \d+ \| \*\*(\d+)\*\* \|`).FindString(md); m != "" {
+		t.Errorf("a row looks like pgbench's: %q", m)
 	}
 	sum := r.readmeSummary()
 	for _, want := range []string{

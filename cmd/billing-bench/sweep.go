@@ -82,9 +82,9 @@ func (r report) sweepMarkdown(b *strings.Builder) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("\n### Cost by backlog size\n\nThe default mode at 0 ms drains backlogs of three sizes, each on a fresh topic with a fresh consumer, " +
 		"measured and checked as above; CPU per event should not grow with the work:\n\n")
-	p("| backlog (records) | events/s | CPU µs/event | allocs/event | KiB allocated/event | window |\n|---:|---:|---:|---:|---:|---:|\n")
+	p("| backlog | events/s | CPU µs/event | allocs/event | KiB allocated/event | window |\n|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.sweep {
-		p("| %d | %.0f | **%.0f** | %.0f | %.1f | %.1f s |\n", x.Backlog, x.TP.Rate, x.Cost.CPUPerEvent(), x.Cost.AllocsPerEvent(),
+		p("| %d records | %.0f | **%.0f** | %.0f | %.1f | %.1f s |\n", x.Backlog, x.TP.Rate, x.Cost.CPUPerEvent(), x.Cost.AllocsPerEvent(),
 			x.Cost.BytesPerEvent()/1024, x.TP.Window.Seconds())
 	}
 }
