@@ -81,17 +81,23 @@ func (r report) recoveryMarkdown(b *strings.Builder) {
 		"without an advance in the stage (at least the commit interval, since offsets are committed on a tick). After the last stage the load stops, "+
 		"the group drains the topic, both replicas stop cleanly and the same exactly-once check as above runs on every record of the topic.\n\n",
 		partitions, r.recovery[0].Rate, recoverySettle, r.opts.poll)
-	p("| binary | group settings (the binary's defaults) | stage | every partition advancing again after | longest stall of a partition |\n|---|---|---|---:|---:|\n")
+	p("| binary | stage | every partition advancing again after | longest stall of a partition |\n|---|---|---:|---:|\n")
 	for _, rec := range r.recovery {
 		for _, s := range rec.Stages {
-			p("| %s | %s | %s | **%s** | %s |\n", rec.label(), rec.settings(), s.Name, secs(s.AllProgress), secs(s.LongestStall))
+			p("| %s | %s | **%s** | %s |\n", rec.label(), s.Name, secs(s.AllProgress), secs(s.LongestStall))
 		}
 	}
+	p("\n")
 	for _, rec := range r.recovery {
+		name := "binary under test"
+		if rec.Baseline {
+			name = "baseline binary"
+		}
+		p("- The %s ran with its defaults %s; ", name, rec.settings())
 		if len(rec.problems) > 0 {
-			p("\nProblems of the %s run: %s.\n", rec.label(), strings.Join(rec.problems, "; "))
+			p("its run FAILED the check: %s.\n", strings.Join(rec.problems, "; "))
 		} else {
-			p("\nThe %s run charged each committed order exactly once: %d orders checked.\n", rec.label(), rec.Charges)
+			p("its run charged each committed order exactly once (%d orders checked).\n", rec.Charges)
 		}
 	}
 }

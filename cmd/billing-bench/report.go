@@ -237,12 +237,13 @@ func (r report) method(b *strings.Builder) {
   first poll at which its partition's committed offset had passed it, minus its timestamp. The poll interval (%v) bounds the resolution,
   and in the default mode so does the 1 s commit interval: a finished event waits up to 1 s for the next commit.
 - **CPU µs/event, allocs/event, KiB allocated/event** (the consumer process alone, while its backlog drained): when the harness first sees
-  the committed offsets advance, and again when it sees the backlog drained (or the time box end), it reads the committed total it has
-  just polled, then the consumer's user+system time from /proc/<pid>/stat (10 ms ticks), then its go_memstats_mallocs_total and
-  go_memstats_alloc_bytes_total from /metrics (the Go collector). Each is the difference between the two readings divided by the events
-  committed between them; so the events before the first commit, and the process start and group join, count neither in the events
-  nor in the cost. The readings come within one poll interval (%v) of the samples they are paired with; the first /metrics scrape's
-  own allocations fall inside the window (a few hundred KiB, against hundreds of MiB of events).
+  the committed offsets advance (within one poll interval, %v), and again when it sees the backlog drained (or the time box end), it reads
+  the consumer's user+system time from /proc/<pid>/stat (10 ms ticks) and then, in one /metrics scrape, the events it has finished
+  (billing_events_total, every result) and its go_memstats_mallocs_total and go_memstats_alloc_bytes_total (the Go collector). Each figure is
+  the difference between the two readings divided by the events finished between them: the process start, the group join and the events
+  before the first commit count neither in the events nor in the cost, and the window's events are counted at the same instants as its
+  cost (the committed offsets lag the work by up to the 1 s commit interval). At the end of a drained backlog every finished event is
+  committed. The first scrape's own allocations fall inside the window (a few hundred KiB, against hundreds of MiB of events).
 - **peak RSS**: VmHWM of the consumer process from /proc just before it is stopped (SIGTERM), the larger of the two processes of a run.
 - **Correctness**: after each clean stop, the orders of exactly the committed records must have been charged, each once, at the simulator
   (no order charged twice) and have a ledger row with the provider's charge id; the bench fails otherwise.

@@ -197,7 +197,7 @@ func (b *bench) backlogPhase(ctx context.Context, m mode, latency time.Duration,
 	r.Cost = costBetween(w.c0, w.c1)
 	r.PeakRSS = max(r.PeakRSS, rss)
 	if r.Cost.Events <= 0 {
-		r.notes = append(r.notes, "no event committed after the first advance: no CPU or allocations per event (backlog too small)")
+		r.notes = append(r.notes, "no event finished after the first commit was seen: no CPU or allocations per event (backlog too small)")
 	}
 	return b.verify(ctx, p, r, !m.sequential)
 }

@@ -11,6 +11,7 @@ import (
 // consumerStats are the consumer's own metrics at the end of a phase.
 type consumerStats struct {
 	Charged     float64       // billing_events_total{result="charged"}
+	Finished    float64       // billing_events_total, every result: the events the consumer has finished
 	Retries     float64       // billing_retries_total, all kinds
 	PaymentMean time.Duration // mean billing_payment_duration_seconds: the provider call as the consumer saw it
 	// Mallocs and AllocBytes are go_memstats_mallocs_total and
@@ -33,7 +34,11 @@ func scrape(ctx context.Context, addr string) (consumerStats, error) {
 		}
 		*dst = f.GetMetric()[0].GetCounter().GetValue()
 	}
-	s.Charged = harness.CounterBy(families["billing_events_total"], "result")["charged"]
+	byResult := harness.CounterBy(families["billing_events_total"], "result")
+	s.Charged = byResult["charged"]
+	for _, v := range byResult {
+		s.Finished += v
+	}
 	if f := families["billing_retries_total"]; f != nil {
 		for _, m := range f.GetMetric() {
 			s.Retries += m.GetCounter().GetValue()

@@ -96,7 +96,7 @@ func (r report) sweepSummary() string {
 	}
 	var parts []string
 	for _, x := range r.sweep {
-		parts = append(parts, fmt.Sprintf("%.0f µs at %dk records", x.Cost.CPUPerEvent(), x.Backlog/1000))
+		parts = append(parts, fmt.Sprintf("%s at %dk records", orDash("%.0f µs", x.Cost.CPUPerEvent()), x.Backlog/1000))
 	}
 	return "\nCPU per event by backlog size (default, 0 ms): " + strings.Join(parts, ", ") + ".\n"
 }
