@@ -83,6 +83,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	defer logf.Close()
 
 	began := time.Now()
+	var prev *runJSON // read first: a bad file stops the run before it starts
+	if o.jsonPath != "" {
+		if prev, err = readPrevious(o.jsonPath); err != nil {
+			return err
+		}
+	}
 	pool, err := pgxpool.New(ctx, o.dbURL)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
@@ -114,77 +120,22 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return b.runProfile(ctx)
 	}
-	var results, base []result
-	var failures []string
-	for _, m := range modes {
-		for _, l := range latencies {
-			if !o.selected(fmt.Sprintf("%s:%v", m.name, l)) {
-				continue
-			}
-			for _, baseline := range []bool{false, true} {
-				if baseline && (o.baseline == "" || m.sequential) {
-					continue
-				}
-				r, err := b.measure(ctx, m, l, baseline)
-				if err != nil {
-					return fmt.Errorf("%s at %v%s: %w", m.name, l, r.binLabel(), err)
-				}
-				if baseline {
-					base = append(base, r)
-				} else {
-					results = append(results, r)
-				}
-				failures = append(failures, r.problems...)
-				fmt.Fprintln(stdout, r.line())
-			}
-		}
+	rep := report{previous: prev, env: env, opts: o}
+	if err := b.measureAll(ctx, &rep); err != nil {
+		return err
 	}
-
-	var sweep []result
-	if !o.skipSweep && o.selected("sweep") {
-		if sweep, err = b.runSweep(ctx); err != nil {
-			return err
-		}
-		for _, x := range sweep {
-			failures = append(failures, x.problems...)
-		}
-	}
-
-	var recs []recovery
-	if !o.skipRecovery && o.selected("recovery") {
-		for _, baseline := range []bool{false, true} {
-			if baseline && o.baseline == "" {
-				continue
-			}
-			rec, err := b.recoveryScenario(ctx, baseline)
-			if err != nil {
-				return fmt.Errorf("recovery scenario: %w", err)
-			}
-			recs = append(recs, rec)
-			failures = append(failures, rec.problems...)
-		}
-	}
-
-	var pgb []pgbenchResult
 	if !o.skipPgbench {
-		pgb, err = runPgbench(ctx, o, pool, logf, stdout)
-		if err != nil {
+		if rep.pgbench, err = runPgbench(ctx, o, pool, logf, stdout); err != nil {
 			return fmt.Errorf("pgbench: %w", err)
 		}
 	}
-	var prev *runJSON
-	if o.jsonPath != "" {
-		if prev, err = readPrevious(o.jsonPath); err != nil {
-			return err
-		}
-	}
-	rep := report{previous: prev, env: env, opts: o, results: results, baseline: base, sweep: sweep, recovery: recs, pgbench: pgb, took: time.Since(began)}
+	rep.took = time.Since(began)
 	rep.printTable(stdout)
 	if err := rep.write(stdout); err != nil {
 		return err
 	}
-	if len(failures) > 0 {
-		return fmt.Errorf("exactly-once charging violated: %s", strings.Join(failures, "; "))
+	if f := rep.failures(); len(f) > 0 {
+		return fmt.Errorf("exactly-once charging violated: %s", strings.Join(f, "; "))
 	}
 	return nil
 }

@@ -76,57 +76,13 @@ func (b *bench) recoveryScenario(ctx context.Context, baseline bool) (recovery, 
 
 	poll := startPoller(ctx, b.o.brokers, p.topic, p.group, partitions, b.o.poll)
 	defer poll.finish()
-	var procs []*consumerProc
-	defer func() {
-		for _, pr := range procs {
-			pr.Kill()
-		}
-	}()
-	start := func() (*consumerProc, error) {
-		pr, err := startConsumer(bin, p.env, b.log)
-		if err != nil {
-			return nil, err
-		}
-		procs = append(procs, pr)
-		rctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		return pr, pr.waitReady(rctx)
-	}
-	a, err := start()
-	if err != nil {
-		return rec, err
-	}
-	replica, err := start()
-	if err != nil {
-		return rec, err
-	}
+	rs := &replicas{b: b, bin: bin, env: p.env}
+	defer rs.killAll()
 	load := b.startLoad(ctx, p, rec.Rate)
-	if err := b.untilAllProgress(ctx, poll, time.Now()); err != nil {
-		return rec, fmt.Errorf("warm-up: %w", err)
-	}
-	time.Sleep(recoverySettle)
-
-	kill := func() error { replica.Kill(); return nil }
-	if err := b.stage(ctx, &rec, poll, "crash: SIGKILL of one of two replicas", kill); err != nil {
+	if err := b.disturbances(ctx, &rec, poll, rs); err != nil {
+		_, _ = load.stop() // the scenario failed already: its error is the one to tell
 		return rec, err
 	}
-	join := func() error { var err error; replica, err = start(); return err }
-	if err := b.stage(ctx, &rec, poll, "a replacement joins", join); err != nil {
-		return rec, err
-	}
-	stopped := make(chan error, 1)
-	rolling := func() error {
-		go func() { stopped <- a.Stop(45 * time.Second) }()
-		_, err := start()
-		return err
-	}
-	if err := b.stage(ctx, &rec, poll, "rolling restart: SIGTERM of one, a new one started", rolling); err != nil {
-		return rec, err
-	}
-	if err := <-stopped; err != nil {
-		rec.problems = append(rec.problems, fmt.Sprintf("the replica stopped by SIGTERM did not exit cleanly: %v", err))
-	}
-
 	if rec.Records, err = load.stop(); err != nil {
 		return rec, err
 	}
@@ -136,7 +92,7 @@ func (b *bench) recoveryScenario(ctx context.Context, baseline bool) (recovery, 
 	if err != nil {
 		return rec, err
 	}
-	for _, pr := range procs[len(procs)-2:] {
+	for _, pr := range rs.procs[len(rs.procs)-2:] {
 		if err := pr.Stop(45 * time.Second); err != nil {
 			rec.problems = append(rec.problems, fmt.Sprintf("a replica did not stop cleanly: %v", err))
 		}
@@ -152,6 +108,74 @@ func (b *bench) recoveryScenario(ctx context.Context, baseline bool) (recovery, 
 	}
 	rec.Charges, rec.problems, rec.notes = r.Charges, append(rec.problems, r.problems...), r.notes
 	return rec, nil
+}
+
+// replicas are the consumer processes of the scenario, all of one binary
+// with one environment.
+type replicas struct {
+	b     *bench
+	bin   string
+	env   []string
+	procs []*consumerProc
+}
+
+// start starts a replica and waits until it is ready (a group member).
+func (rs *replicas) start(ctx context.Context) (*consumerProc, error) {
+	pr, err := startConsumer(rs.bin, rs.env, rs.b.log)
+	if err != nil {
+		return nil, err
+	}
+	rs.procs = append(rs.procs, pr)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return pr, pr.waitReady(ctx)
+}
+
+// killAll kills every replica still running.
+func (rs *replicas) killAll() {
+	for _, pr := range rs.procs {
+		pr.Kill()
+	}
+}
+
+// disturbances starts two replicas, waits until every partition makes
+// progress under the load, then runs the three stages: SIGKILL of one, a
+// replacement joining, and the rolling restart of the other (SIGTERM,
+// and a new one started at once).
+func (b *bench) disturbances(ctx context.Context, rec *recovery, poll *poller, rs *replicas) error {
+	a, err := rs.start(ctx)
+	if err != nil {
+		return err
+	}
+	victim, err := rs.start(ctx)
+	if err != nil {
+		return err
+	}
+	if err := b.untilAllProgress(ctx, poll, time.Now()); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	time.Sleep(recoverySettle)
+	kill := func() error { victim.Kill(); return nil }
+	if err := b.stage(ctx, rec, poll, "crash: SIGKILL of one of two replicas", kill); err != nil {
+		return err
+	}
+	join := func() error { _, err := rs.start(ctx); return err }
+	if err := b.stage(ctx, rec, poll, "a replacement joins", join); err != nil {
+		return err
+	}
+	stopped := make(chan error, 1)
+	rolling := func() error {
+		go func() { stopped <- a.Stop(45 * time.Second) }()
+		_, err := rs.start(ctx)
+		return err
+	}
+	if err := b.stage(ctx, rec, poll, "rolling restart: SIGTERM of one, a new one started", rolling); err != nil {
+		return err
+	}
+	if err := <-stopped; err != nil {
+		rec.problems = append(rec.problems, fmt.Sprintf("the replica stopped by SIGTERM did not exit cleanly: %v", err))
+	}
+	return nil
 }
 
 // stage runs one disturbance and watches the group until every partition

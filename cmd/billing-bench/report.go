@@ -152,13 +152,7 @@ func (r report) markdown(chart string) string {
 	if chart != "" {
 		p("![events/s per provider latency, sequential vs default (log scale)](%s)\n\n", filepath.Base(chart))
 	}
-	p("| mode | provider latency | events/s | CPU µs/event | allocs/event | KiB allocated/event | events committed (window) | steady load | p50 produce→commit | p99 produce→commit | peak RSS |\n")
-	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, x := range r.results {
-		p("| %s | %s | **%.0f** | %.0f | %.0f | %.1f | %d (%.1f s) | %.0f/s × %d | %s | %s | %s |\n", x.Mode, ms(x.Latency), x.TP.Rate,
-			x.Cost.CPUPerEvent(), x.Cost.AllocsPerEvent(), x.Cost.BytesPerEvent()/1024, x.TP.Committed,
-			x.TP.Window.Seconds(), x.SteadyRate, x.SteadyRecords, ms(x.P50), ms(x.P99), mb(x.PeakRSS))
-	}
+	r.resultsMarkdown(&b)
 	r.baselineMarkdown(&b)
 	r.previousMarkdown(&b)
 	r.sweepMarkdown(&b)
@@ -249,4 +243,17 @@ func (r report) method(b *strings.Builder) {
   (no order charged twice) and have a ledger row with the provider's charge id; the bench fails otherwise.
 `, r.env.Defaults.Concurrency, r.env.Defaults.BatchSize, partitions, o.poll, o.timebox, o.steadyCap, o.steadyFor, o.poll, o.poll)
 	fmt.Fprintln(b)
+}
+
+// resultsMarkdown writes the results table: one row per mode and provider
+// latency.
+func (r report) resultsMarkdown(b *strings.Builder) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("| mode | provider latency | events/s | CPU µs/event | allocs/event | KiB allocated/event | events committed (window) | steady load | p50 produce→commit | p99 produce→commit | peak RSS |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.results {
+		p("| %s | %s | **%.0f** | %.0f | %.0f | %.1f | %d (%.1f s) | %.0f/s × %d | %s | %s | %s |\n", x.Mode, ms(x.Latency), x.TP.Rate,
+			x.Cost.CPUPerEvent(), x.Cost.AllocsPerEvent(), x.Cost.BytesPerEvent()/1024, x.TP.Committed,
+			x.TP.Window.Seconds(), x.SteadyRate, x.SteadyRecords, ms(x.P50), ms(x.P99), mb(x.PeakRSS))
+	}
 }
