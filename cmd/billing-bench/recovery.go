@@ -43,8 +43,10 @@ type stage struct {
 	Name string
 	// AllProgress is the time from the disturbance until every
 	// partition's committed offset had advanced beyond its value at the
-	// disturbance; a partition whose owner was killed stands still until
-	// the group reassigns it.
+	// moment the group had settled again (at once after a kill: a
+	// partition whose owner was killed stands still until the group
+	// reassigns it; after a start or a SIGTERM, once the broker describes
+	// the group as stable with its new members).
 	AllProgress time.Duration
 	// LongestStall is the longest time any one partition made no progress
 	// (between two advances of its committed offset) around the stage:
@@ -53,6 +55,7 @@ type stage struct {
 	LongestStall   time.Duration
 	StallPartition int
 	from, to       time.Time
+	settled        time.Time // when the disturbance's group change was complete
 }
 
 // recoveryScenario runs the scenario with the binary under test, or the
@@ -76,7 +79,7 @@ func (b *bench) recoveryScenario(ctx context.Context, baseline bool) (recovery, 
 
 	poll := startPoller(ctx, b.o.brokers, p.topic, p.group, partitions, b.o.poll)
 	defer poll.finish()
-	rs := &replicas{b: b, bin: bin, env: p.env}
+	rs := &replicas{b: b, bin: bin, env: p.env, group: p.group}
 	defer rs.killAll()
 	load := b.startLoad(ctx, p, rec.Rate)
 	if err := b.disturbances(ctx, &rec, poll, rs); err != nil {
@@ -99,9 +102,7 @@ func (b *bench) recoveryScenario(ctx context.Context, baseline bool) (recovery, 
 	}
 	samples := poll.finish()
 	for i := range rec.Stages {
-		s := &rec.Stages[i]
-		s.AllProgress, _ = progressAfter(samples, s.from)
-		s.LongestStall, s.StallPartition = longestStall(samples, s.from, s.to)
+		rec.Stages[i].measure(samples)
 	}
 	if err := b.verify(ctx, p, r, true); err != nil {
 		return rec, err
@@ -116,7 +117,14 @@ type replicas struct {
 	b     *bench
 	bin   string
 	env   []string
+	group string
 	procs []*consumerProc
+}
+
+// settle waits until the broker describes the group as stable with
+// members assigned members.
+func (rs *replicas) settle(ctx context.Context, members int) error {
+	return waitGroup(ctx, rs.b.o.brokers, rs.group, members, recoveryStageMax)
 }
 
 // start starts a replica and waits until it is ready (a group member).
@@ -151,6 +159,9 @@ func (b *bench) disturbances(ctx context.Context, rec *recovery, poll *poller, r
 	if err != nil {
 		return err
 	}
+	if err := rs.settle(ctx, 2); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
 	if err := b.untilAllProgress(ctx, poll, time.Now()); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
@@ -159,23 +170,30 @@ func (b *bench) disturbances(ctx context.Context, rec *recovery, poll *poller, r
 	if err := b.stage(ctx, rec, poll, "crash: SIGKILL of one of two replicas", kill); err != nil {
 		return err
 	}
-	join := func() error { _, err := rs.start(ctx); return err }
+	join := func() error {
+		if _, err := rs.start(ctx); err != nil {
+			return err
+		}
+		return rs.settle(ctx, 2)
+	}
 	if err := b.stage(ctx, rec, poll, "a replacement joins", join); err != nil {
 		return err
 	}
-	stopped := make(chan error, 1)
+	// The old replica is a member until it has drained and left: the
+	// group is settled once it has exited and the new one is assigned.
 	rolling := func() error {
+		stopped := make(chan error, 1)
 		go func() { stopped <- a.Stop(45 * time.Second) }()
 		_, err := rs.start(ctx)
-		return err
+		if err := <-stopped; err != nil {
+			rec.problems = append(rec.problems, fmt.Sprintf("the replica stopped by SIGTERM did not exit cleanly: %v", err))
+		}
+		if err != nil {
+			return err
+		}
+		return rs.settle(ctx, 2)
 	}
-	if err := b.stage(ctx, rec, poll, "rolling restart: SIGTERM of one, a new one started", rolling); err != nil {
-		return err
-	}
-	if err := <-stopped; err != nil {
-		rec.problems = append(rec.problems, fmt.Sprintf("the replica stopped by SIGTERM did not exit cleanly: %v", err))
-	}
-	return nil
+	return b.stage(ctx, rec, poll, "rolling restart: SIGTERM of one, a new one started", rolling)
 }
 
 // stage runs one disturbance and watches the group until every partition
@@ -185,15 +203,23 @@ func (b *bench) stage(ctx context.Context, rec *recovery, poll *poller, name str
 	if err := disturb(); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	if err := b.untilAllProgress(ctx, poll, s.from); err != nil {
+	s.settled = time.Now()
+	if err := b.untilAllProgress(ctx, poll, s.settled); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	time.Sleep(recoverySettle)
 	s.to = time.Now()
-	all, _ := progressAfter(poll.snapshot(), s.from)
-	fmt.Fprintf(b.out, "  %s: every partition advanced %.1f s after it\n", name, all.Seconds())
+	s.measure(poll.snapshot())
+	fmt.Fprintf(b.out, "  %s: every partition advancing again %.1f s after it\n", name, s.AllProgress.Seconds())
 	rec.Stages = append(rec.Stages, s)
 	return nil
+}
+
+// measure computes the stage's figures from the polled samples.
+func (s *stage) measure(samples []sample) {
+	after, _ := progressAfter(samples, s.settled)
+	s.AllProgress = s.settled.Sub(s.from) + after
+	s.LongestStall, s.StallPartition = longestStall(samples, s.from, s.to)
 }
 
 // untilAllProgress waits until every partition's committed offset has

@@ -77,7 +77,9 @@ func (r report) recoveryMarkdown(b *strings.Builder) {
 		"partition has advanced again and %v more: **crash**, SIGKILL of one replica; **a replacement joins**, a new replica started; "+
 		"**rolling restart**, SIGTERM of the other original replica and a new one started at once. "+
 		"The committed offsets are polled every %v as above. *Every partition advancing again* is the time from the disturbance until every "+
-		"partition's committed offset had passed its value at the disturbance; *longest stall* is the longest time any one partition went "+
+		"partition's committed offset had passed its value at the moment the group had settled: at once after the kill; after a start or a "+
+		"SIGTERM, when the broker describes the group as Stable with its two members each assigned partitions (DescribeGroups; a replica's "+
+		"/readyz is not used, it may say ready before its first assignment); *longest stall* is the longest time any one partition went "+
 		"without an advance in the stage (at least the commit interval, since offsets are committed on a tick). After the last stage the load stops, "+
 		"the group drains the topic, both replicas stop cleanly and the same exactly-once check as above runs on every record of the topic.\n\n",
 		partitions, r.recovery[0].Rate, recoverySettle, r.opts.poll)

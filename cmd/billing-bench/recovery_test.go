@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 )
 
 // progressAfter measures from the disturbance until the slowest partition
@@ -74,5 +76,49 @@ func TestRecoverySummaryAndTarget(t *testing.T) {
 	ts := r.recoveryTargets()
 	if len(ts) != 1 || ts[0].met || ts[0].measured != "31.5 s" {
 		t.Errorf("targets %+v, want one, not met, 31.5 s", ts)
+	}
+}
+
+// The group counts as settled only when Stable with the expected members,
+// each assigned something: a member that has joined but holds nothing
+// (or a group still rebalancing) is not.
+func TestGroupSettled(t *testing.T) {
+	member := func(parts ...int) kafka.DescribeGroupsResponseMember {
+		m := kafka.DescribeGroupsResponseMember{}
+		if len(parts) > 0 {
+			m.MemberAssignments.Topics = []kafka.GroupMemberTopic{{Topic: "t", Partitions: parts}}
+		}
+		return m
+	}
+	g := kafka.DescribeGroupsResponseGroup{GroupState: "Stable", Members: []kafka.DescribeGroupsResponseMember{member(0, 1, 2), member(3, 4, 5)}}
+	if !groupSettled(g, 2) {
+		t.Error("stable, two assigned members: not settled")
+	}
+	if groupSettled(g, 1) {
+		t.Error("two members where one is expected: settled")
+	}
+	g.Members[1] = member()
+	if groupSettled(g, 2) {
+		t.Error("a member without partitions: settled")
+	}
+	g.Members[1], g.GroupState = member(3), "CompletingRebalance"
+	if groupSettled(g, 2) {
+		t.Error("a group still rebalancing: settled")
+	}
+}
+
+// A stage's time until every partition advances runs from the
+// disturbance, through the wait for the group to settle, to the first
+// advance of the slowest partition after that.
+func TestStageMeasure(t *testing.T) {
+	samples := []sample{at(0, 10, 10), at(1000, 20, 20), at(2000, 30, 20), at(5000, 30, 30), at(6000, 40, 40)}
+	s := stage{from: t0.Add(1500 * time.Millisecond), settled: t0.Add(2500 * time.Millisecond), to: t0.Add(6 * time.Second)}
+	s.measure(samples)
+	// settled after 1 s; then partition 0 first advances at 6 s: 4.5 s in all.
+	if s.AllProgress != 4500*time.Millisecond {
+		t.Errorf("AllProgress = %v, want 4.5s", s.AllProgress)
+	}
+	if s.LongestStall != 4*time.Second || s.StallPartition != 0 {
+		t.Errorf("LongestStall = %v on %d, want 4s on partition 0 (2 s to 6 s)", s.LongestStall, s.StallPartition)
 	}
 }
