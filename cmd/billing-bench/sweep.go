@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // sweepBacklogs are the backlog sizes of the sweep: the default mode at
@@ -86,6 +87,14 @@ func (r report) sweepMarkdown(b *strings.Builder) {
 	for _, x := range r.sweep {
 		p("| %d records | %.0f | **%.0f** | %.0f | %.1f | %.1f s |\n", x.Backlog, x.TP.Rate, x.Cost.CPUPerEvent(), x.Cost.AllocsPerEvent(),
 			x.Cost.BytesPerEvent()/1024, x.TP.Window.Seconds())
+	}
+	for _, x := range r.sweep {
+		if x.TP.Window < 3*time.Second {
+			p("\nThe events/s of a window of a few commit ticks (%d records: %.1f s) is coarse: commits come once a second, so the window "+
+				"can hold up to a second without work, or miss one of work. CPU per event does not depend on it: it divides by the events the "+
+				"consumer counted.\n", x.Backlog, x.TP.Window.Seconds())
+			break
+		}
 	}
 }
 
