@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/internal/harness"
@@ -10,8 +11,13 @@ import (
 // consumerStats are the consumer's own metrics at the end of a phase.
 type consumerStats struct {
 	Charged     float64       // billing_events_total{result="charged"}
+	Finished    float64       // billing_events_total, every result: the events the consumer has finished
 	Retries     float64       // billing_retries_total, all kinds
 	PaymentMean time.Duration // mean billing_payment_duration_seconds: the provider call as the consumer saw it
+	// Mallocs and AllocBytes are go_memstats_mallocs_total and
+	// go_memstats_alloc_bytes_total: the Go collector the binary registers
+	// (cmd/billing-consumer/service.go), cumulative since its start.
+	Mallocs, AllocBytes float64
 }
 
 // scrape reads the consumer's /metrics.
@@ -21,7 +27,18 @@ func scrape(ctx context.Context, addr string) (consumerStats, error) {
 	if err != nil {
 		return s, err
 	}
-	s.Charged = harness.CounterBy(families["billing_events_total"], "result")["charged"]
+	for name, dst := range map[string]*float64{"go_memstats_mallocs_total": &s.Mallocs, "go_memstats_alloc_bytes_total": &s.AllocBytes} {
+		f := families[name]
+		if len(f.GetMetric()) != 1 {
+			return s, fmt.Errorf("the consumer's /metrics at %s has no %s (is the Go collector registered?)", addr, name)
+		}
+		*dst = f.GetMetric()[0].GetCounter().GetValue()
+	}
+	byResult := harness.CounterBy(families["billing_events_total"], "result")
+	s.Charged = byResult["charged"]
+	for _, v := range byResult {
+		s.Finished += v
+	}
 	if f := families["billing_retries_total"]; f != nil {
 		for _, m := range f.GetMetric() {
 			s.Retries += m.GetCounter().GetValue()

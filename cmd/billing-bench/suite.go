@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+)
+
+// measureAll runs every part of the bench that the options select, in
+// order: each mode at each provider latency (with -baseline, the
+// baseline's default mode right after the same run of the binary under
+// test, so that both see the same machine), the backlog-size sweep, and
+// the recovery scenario (the baseline's after it); the results go into
+// rep.
+func (b *bench) measureAll(ctx context.Context, rep *report) error {
+	o := b.o
+	for _, m := range modes {
+		for _, l := range latencies {
+			if !o.selected(fmt.Sprintf("%s:%v", m.name, l)) {
+				continue
+			}
+			for _, baseline := range []bool{false, true} {
+				if baseline && (o.baseline == "" || m.sequential) {
+					continue
+				}
+				r, err := b.measure(ctx, m, l, baseline)
+				if err != nil {
+					return fmt.Errorf("%s at %v%s: %w", m.name, l, r.binLabel(), err)
+				}
+				if baseline {
+					rep.baseline = append(rep.baseline, r)
+				} else {
+					rep.results = append(rep.results, r)
+				}
+				fmt.Fprintln(b.out, r.line())
+			}
+		}
+	}
+	if !o.skipSweep && o.selected("sweep") {
+		var err error
+		if rep.sweep, err = b.runSweep(ctx); err != nil {
+			return err
+		}
+	}
+	if !o.skipRecovery && o.selected("recovery") {
+		for _, baseline := range []bool{false, true} {
+			if baseline && o.baseline == "" {
+				continue
+			}
+			rec, err := b.recoveryScenario(ctx, baseline)
+			if err != nil {
+				return fmt.Errorf("recovery scenario: %w", err)
+			}
+			rep.recovery = append(rep.recovery, rec)
+		}
+	}
+	return nil
+}
+
+// failures are the exactly-once problems of every run of the report.
+func (r report) failures() []string {
+	var f []string
+	for _, x := range r.all() {
+		f = append(f, x.problems...)
+	}
+	for _, rec := range r.recovery {
+		f = append(f, rec.problems...)
+	}
+	return f
+}
