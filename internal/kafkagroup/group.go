@@ -67,13 +67,15 @@ func Leave(group *kafka.ConsumerGroup, timeout time.Duration) bool {
 	}
 }
 
-// Commit commits next, the offset of the next record to consume, for one
-// partition of topic in gen, waiting at most timeout. After a timeout the
-// commit may still land; committing the same or a later offset again is
-// harmless.
-func Commit(gen *kafka.Generation, topic string, partition int, next int64, timeout time.Duration) error {
+// Commit commits offsets (partition: the offset of the next record to
+// consume) of topic in gen, in one request for every partition, waiting at
+// most timeout. After a timeout the commit may still land; committing the
+// same or a later offset again is harmless. Callers that commit from
+// several goroutines must serialize their calls, or an older offset may
+// land after a newer one.
+func Commit(gen *kafka.Generation, topic string, offsets map[int]int64, timeout time.Duration) error {
 	done := make(chan error, 1)
-	go func() { done <- gen.CommitOffsets(map[string]map[int]int64{topic: {partition: next}}) }()
+	go func() { done <- gen.CommitOffsets(map[string]map[int]int64{topic: offsets}) }()
 	select {
 	case err := <-done:
 		return err
