@@ -199,4 +199,3 @@ func (p *partitionState) fetch(r *kafka.Reader) (<-chan kafka.Message, func()) {
 	}()
 	return fetched, func() { cancel(); <-finished }
 }
-
