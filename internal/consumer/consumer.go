@@ -87,10 +87,8 @@ type Consumer struct {
 	cfg    Config
 	handle Handler
 	joined atomic.Bool
-	// owned is the number of partitions of the current generation, -1
-	// while the consumer is between generations.
-	owned atomic.Int32
-	jobs  chan job // to the idle workers; see startWorkers
+	gen    atomic.Pointer[Generation] // nil between generations
+	jobs   chan job                   // to the idle workers; see startWorkers
 }
 
 // New validates cfg and returns a Consumer that calls handle for each
@@ -135,22 +133,31 @@ func New(cfg Config, handle Handler) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer: drain timeout %v must be below the session timeout %v and the rebalance timeout %v",
 			cfg.DrainTimeout, session, rebalance)
 	}
-	c := &Consumer{cfg: cfg, handle: handle}
-	c.owned.Store(-1)
-	return c, nil
+	return &Consumer{cfg: cfg, handle: handle}, nil
 }
 
 // Joined reports whether the consumer is currently a member of a group
 // generation (for /readyz).
 func (c *Consumer) Joined() bool { return c.joined.Load() }
 
-// Owned returns how many partitions the current generation assigned to
-// this consumer, and false while it is not a member of a generation. Zero
-// partitions is normal when the group has more members than the topic has
-// partitions; see Unassigned for telling that apart from a stuck group.
-func (c *Consumer) Owned() (int, bool) {
-	n := c.owned.Load()
-	return int(n), n >= 0
+// Generation is the group generation a consumer is a member of.
+type Generation struct {
+	ID int32
+	// Partitions is how many partitions of the topic it assigned to this
+	// consumer. Zero is normal when the group has more members than the
+	// topic has partitions; AssignmentOf tells that apart from a group
+	// that left partitions to nobody.
+	Partitions int
+}
+
+// Generation returns the generation the consumer is a member of, and
+// false between generations. Safe for concurrent use.
+func (c *Consumer) Generation() (Generation, bool) {
+	g := c.gen.Load()
+	if g == nil {
+		return Generation{}, false
+	}
+	return *g, true
 }
 
 // Run consumes until ctx is cancelled, then drains, commits and leaves the
@@ -225,7 +232,7 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
 	}
 	c.cfg.Logger.Info("partitions assigned", "group", c.cfg.GroupID, "generation", gen.ID,
 		"topic", c.cfg.Topic, "partitions", parts)
-	c.owned.Store(int32(len(assigned)))
+	c.gen.Store(&Generation{ID: gen.ID, Partitions: len(assigned)})
 	c.joined.Store(true)
 
 	finished := make(chan struct{})
@@ -248,7 +255,7 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
 	})
 	<-finished
 	c.joined.Store(false)
-	c.owned.Store(-1)
+	c.gen.Store(nil)
 	c.cfg.Logger.Info("partitions revoked", "group", c.cfg.GroupID, "generation", gen.ID,
 		"topic", c.cfg.Topic, "partitions", parts, "shutdown", ctx.Err() != nil)
 }
