@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # machine's Go is older; the machine's go.env may say GOTOOLCHAIN=local.
 export GOTOOLCHAIN := auto
 
-.PHONY: demo build image test lint bench chaos fuzz pg-start pg-stop fmt vet clean
+.PHONY: demo build image test lint bench profile chaos fuzz pg-start pg-stop fmt vet clean
 
 demo: build ## the demo: local Kafka (in-process), local Postgres, simulated provider, ~10,000 events, a summary
 	BILLING_DATABASE_URL="$${BILLING_DATABASE_URL:-$$(scripts/pg.sh start)}" go run ./cmd/billing-demo -consumer bin/billing-consumer
@@ -26,9 +26,20 @@ test: ## every test, against a scratch Postgres this target starts
 lint: ## gofmt, go vet, staticcheck and govulncheck
 	scripts/lint.sh
 
-bench: build ## throughput, latency and memory of the real binary against real Kafka and Postgres (fsync on); writes docs/benchmarks.md and .svg and the summary in README.md
-	BILLING_DATABASE_URL="$${BILLING_DATABASE_URL:-$$(scripts/pg.sh start)}" BENCH_BROKERS="$$(scripts/kafka.sh start)" \
-		go run ./cmd/billing-bench -consumer bin/billing-consumer -out docs/benchmarks.md -chart docs/benchmarks.svg -readme README.md
+# BENCH_BASELINE names a binary of the code before a change (e.g.
+# bin/billing-consumer.base): make bench then measures its default mode and
+# recovery in the same sitting and reports before / after / ratio.
+# BENCH_FLAGS adds billing-bench flags (e.g. -scale 0.2 -skip-pgbench).
+BENCH_BASELINE ?=
+BENCH_FLAGS    ?=
+BENCH_SERVICES  = BILLING_DATABASE_URL="$${BILLING_DATABASE_URL:-$$(scripts/pg.sh start)}" BENCH_BROKERS="$$(scripts/kafka.sh start)"
+
+bench: build ## throughput, CPU and allocations per event, latency, memory and recovery of the real binary against real Kafka and Postgres (fsync on); writes docs/benchmarks.md, .svg, .json and the summary in README.md
+	$(BENCH_SERVICES) go run ./cmd/billing-bench -consumer bin/billing-consumer -out docs/benchmarks.md -chart docs/benchmarks.svg \
+		-readme README.md -json docs/benchmarks.json $(if $(BENCH_BASELINE),-baseline $(BENCH_BASELINE)) $(BENCH_FLAGS)
+
+profile: build ## CPU and allocation profiles of the consumer draining a default-mode backlog at 0 ms (bin/profile/cpu.pprof, allocs.pprof), with their top
+	$(BENCH_SERVICES) go run ./cmd/billing-bench -consumer bin/billing-consumer -profile bin/profile $(BENCH_FLAGS)
 
 chaos: build ## the long fault-injection profile: >=100 kills, >=1000 provider faults, broker and Postgres restarts
 	BILLING_CHAOS_PROFILE=long go test -count=1 -run TestChaos -v -timeout 90m ./e2e

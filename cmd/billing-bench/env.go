@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -28,6 +29,8 @@ type machine struct {
 	SyncCommit   string
 	KafkaVersion string
 	Defaults     defaults // of the binary under test, from its help
+	// BaselineConsumer is the version line of the -baseline binary.
+	BaselineConsumer string
 }
 
 // defaults are the binary's defaults of the settings the default mode
@@ -37,6 +40,16 @@ type defaults struct {
 	Concurrency     int // BILLING_CONCURRENCY
 	BatchSize       int // BILLING_BATCH_SIZE
 	PartitionWindow int // BILLING_PARTITION_WINDOW
+	// Group are the defaults of the group and shutdown settings that the
+	// recovery scenario depends on, as the help prints them, by variable;
+	// only those the binary has (a heartbeat setting may not exist).
+	Group map[string]string
+}
+
+// groupSettings are the variables of defaults.Group.
+var groupSettings = []string{
+	"BILLING_KAFKA_SESSION_TIMEOUT", "BILLING_KAFKA_HEARTBEAT_INTERVAL", "BILLING_KAFKA_REBALANCE_TIMEOUT",
+	"BILLING_DRAIN_TIMEOUT", "BILLING_KAFKA_COMMIT_INTERVAL",
 }
 
 // readDefaults runs `bin help` and reads the defaults from its table of
@@ -53,13 +66,16 @@ func readDefaults(ctx context.Context, bin string) (defaults, error) {
 // help`; a variable missing, or a default that is not an integer, is an
 // error naming it.
 func parseDefaults(help string) (defaults, error) {
-	var d defaults
+	d := defaults{Group: map[string]string{}}
 	want := map[string]*int{
 		"BILLING_CONCURRENCY": &d.Concurrency, "BILLING_BATCH_SIZE": &d.BatchSize,
 		"BILLING_PARTITION_WINDOW": &d.PartitionWindow,
 	}
 	for line := range strings.Lines(help) {
 		f := strings.Fields(line)
+		if len(f) >= 3 && slices.Contains(groupSettings, f[0]) {
+			d.Group[f[0]] = f[2]
+		}
 		if len(f) < 3 || want[f[0]] == nil {
 			continue
 		}
@@ -94,6 +110,13 @@ func describeEnv(ctx context.Context, pool *pgxpool.Pool, o options) (machine, e
 		m.Consumer = strings.TrimSpace(string(out))
 	} else {
 		return m, fmt.Errorf("%s version: %w (run make build)", o.bin, err)
+	}
+	if o.baseline != "" {
+		out, err := exec.CommandContext(ctx, o.baseline, "version").Output()
+		if err != nil {
+			return m, fmt.Errorf("-baseline %s version: %w", o.baseline, err)
+		}
+		m.BaselineConsumer = strings.TrimSpace(string(out))
 	}
 	var err error
 	if m.Defaults, err = readDefaults(ctx, o.bin); err != nil {

@@ -15,15 +15,12 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -71,18 +68,6 @@ func backlog(m mode, latency time.Duration, scale float64) int {
 	return max(50, int(float64(n)*scale))
 }
 
-// options are the command-line settings.
-type options struct {
-	bin, out, chart, readme, logPath, pgbench, kafkaScript string
-	brokers                                                []string
-	dbURL                                                  string
-	timebox, steadyFor, poll                               time.Duration
-	steadyCap                                              float64
-	scale                                                  float64
-	skipPgbench                                            bool
-	only                                                   string
-}
-
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	o, err := parseOptions(args)
 	if err != nil {
@@ -123,20 +108,60 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	b := &bench{o: o, pool: pool, log: logf, out: stdout, firstOrder: time.Now().UnixMilli() * 1000, svc: findServices(o)}
-	var results []result
+	if o.profileDir != "" {
+		if b.prof, err = newProfiler(o.profileDir, o.profileSeconds); err != nil {
+			return err
+		}
+		return b.runProfile(ctx)
+	}
+	var results, base []result
 	var failures []string
 	for _, m := range modes {
 		for _, l := range latencies {
-			if o.only != "" && !slices.Contains(strings.Split(o.only, ","), fmt.Sprintf("%s:%v", m.name, l)) {
+			if !o.selected(fmt.Sprintf("%s:%v", m.name, l)) {
 				continue
 			}
-			r, err := b.measure(ctx, m, l)
-			if err != nil {
-				return fmt.Errorf("%s at %v: %w", m.name, l, err)
+			for _, baseline := range []bool{false, true} {
+				if baseline && (o.baseline == "" || m.sequential) {
+					continue
+				}
+				r, err := b.measure(ctx, m, l, baseline)
+				if err != nil {
+					return fmt.Errorf("%s at %v%s: %w", m.name, l, r.binLabel(), err)
+				}
+				if baseline {
+					base = append(base, r)
+				} else {
+					results = append(results, r)
+				}
+				failures = append(failures, r.problems...)
+				fmt.Fprintln(stdout, r.line())
 			}
-			results = append(results, r)
-			failures = append(failures, r.problems...)
-			fmt.Fprintln(stdout, r.line())
+		}
+	}
+
+	var sweep []result
+	if !o.skipSweep && o.selected("sweep") {
+		if sweep, err = b.runSweep(ctx); err != nil {
+			return err
+		}
+		for _, x := range sweep {
+			failures = append(failures, x.problems...)
+		}
+	}
+
+	var recs []recovery
+	if !o.skipRecovery && o.selected("recovery") {
+		for _, baseline := range []bool{false, true} {
+			if baseline && o.baseline == "" {
+				continue
+			}
+			rec, err := b.recoveryScenario(ctx, baseline)
+			if err != nil {
+				return fmt.Errorf("recovery scenario: %w", err)
+			}
+			recs = append(recs, rec)
+			failures = append(failures, rec.problems...)
 		}
 	}
 
@@ -147,7 +172,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("pgbench: %w", err)
 		}
 	}
-	rep := report{env: env, opts: o, results: results, pgbench: pgb, took: time.Since(began)}
+	var prev *runJSON
+	if o.jsonPath != "" {
+		if prev, err = readPrevious(o.jsonPath); err != nil {
+			return err
+		}
+	}
+	rep := report{previous: prev, env: env, opts: o, results: results, baseline: base, sweep: sweep, recovery: recs, pgbench: pgb, took: time.Since(began)}
 	rep.printTable(stdout)
 	if err := rep.write(stdout); err != nil {
 		return err
@@ -186,39 +217,6 @@ func redact(u string) string {
 	return u[:scheme+3] + user + ":***" + u[at:]
 }
 
-// parseOptions reads the flags and the environment of a run.
-func parseOptions(args []string) (options, error) {
-	fs := flag.NewFlagSet("billing-bench", flag.ContinueOnError)
-	var o options
-	fs.StringVar(&o.bin, "consumer", "bin/billing-consumer", "path of the billing-consumer binary")
-	fs.StringVar(&o.out, "out", "", "write the Markdown report here (empty: none)")
-	fs.StringVar(&o.chart, "chart", "", "write the SVG chart here (empty: none)")
-	fs.StringVar(&o.readme, "readme", "", "rewrite the performance summary between the billing-bench markers of this file (empty: none)")
-	fs.StringVar(&o.logPath, "log", "bin/billing-bench.log", "where the consumers' JSON logs go")
-	fs.StringVar(&o.pgbench, "pgbench", "", "pgbench binary (empty: the newest /usr/lib/postgresql/*/bin/pgbench, else PATH)")
-	fs.StringVar(&o.kafkaScript, "kafka-script", "scripts/kafka.sh", "asked for the Kafka version")
-	fs.DurationVar(&o.timebox, "timebox", 10*time.Second, "how long a sequential run consumes its backlog")
-	fs.DurationVar(&o.steadyFor, "steady", 5*time.Second, "duration of the steady offered load")
-	fs.Float64Var(&o.steadyCap, "steady-cap", 1500, "cap of the steady offered load, events/s")
-	fs.DurationVar(&o.poll, "poll", 20*time.Millisecond, "interval of the committed-offset polling")
-	fs.Float64Var(&o.scale, "scale", 1, "multiplies every backlog size (e.g. 0.2 for a quick try)")
-	fs.BoolVar(&o.skipPgbench, "skip-pgbench", false, "do not run pgbench")
-	fs.StringVar(&o.only, "only", "", "run only these mode:latency pairs, comma-separated (e.g. default:20ms), for trying things out")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	o.dbURL = os.Getenv("BILLING_DATABASE_URL")
-	if o.dbURL == "" {
-		return o, errors.New("BILLING_DATABASE_URL: required (make bench starts a local Postgres and sets it)")
-	}
-	if b := strings.TrimSpace(os.Getenv("BENCH_BROKERS")); b != "" {
-		o.brokers = strings.Split(b, ",")
-	} else {
-		return o, errors.New("BENCH_BROKERS: required, the real Kafka broker (make bench runs scripts/kafka.sh start)")
-	}
-	return o, nil
-}
-
 // write writes the chart, the report and the README summary the options
 // ask for.
 func (r report) write(stdout io.Writer) error {
@@ -242,6 +240,12 @@ func (r report) write(stdout io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "rewrote the summary in %s\n", r.opts.readme)
+	}
+	if r.opts.jsonPath != "" {
+		if err := writeJSON(r.opts.jsonPath, r.json(time.Now())); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s\n", r.opts.jsonPath)
 	}
 	return nil
 }

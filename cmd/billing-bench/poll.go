@@ -92,6 +92,14 @@ func (p *poller) last() sample {
 	return p.samples[len(p.samples)-1]
 }
 
+// snapshot returns the samples so far, in time order; the caller must
+// not modify them.
+func (p *poller) snapshot() []sample {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.samples[:len(p.samples):len(p.samples)]
+}
+
 // finish stops polling and returns the samples, in time order.
 func (p *poller) finish() []sample {
 	p.stop()

@@ -25,7 +25,7 @@ func (r report) readmeSummary() string {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("`make bench` on %s (%d CPUs shared by Kafka, Postgres with fsync on, the simulator, the harness and the consumer), "+
 		"on %s; full report and chart in [docs/benchmarks.md](docs/benchmarks.md):\n\n", r.env.CPUModel, r.env.CPUs, r.env.Consumer)
-	p("| mode | provider latency | events/s | p50 / p99 produce→commit | peak RSS |\n|---|---:|---:|---:|---:|\n")
+	p("| mode | provider latency | events/s | CPU µs/event | allocs/event | p50 / p99 produce→commit | peak RSS |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	speedup, hasSpeedup := r.speedup()
 	for _, x := range r.results {
 		rate := fmt.Sprintf("%.0f", x.TP.Rate)
@@ -35,8 +35,12 @@ func (r report) readmeSummary() string {
 				rate += fmt.Sprintf(" (%.0f× sequential)", speedup)
 			}
 		}
-		p("| %s | %s | %s | %s / %s | %s |\n", x.Mode, ms(x.Latency), rate, ms(x.P50), ms(x.P99), mb(x.PeakRSS))
+		p("| %s | %s | %s | %.0f | %.0f | %s / %s | %s |\n", x.Mode, ms(x.Latency), rate, x.Cost.CPUPerEvent(), x.Cost.AllocsPerEvent(),
+			ms(x.P50), ms(x.P99), mb(x.PeakRSS))
 	}
+	b.WriteString(r.comparisonSummary())
+	b.WriteString(r.sweepSummary())
+	b.WriteString(r.recoverySummary())
 	if len(r.pgbench) > 0 {
 		var parts []string
 		for _, x := range r.pgbench {

@@ -14,8 +14,13 @@ type report struct {
 	env     machine
 	opts    options
 	results []result
-	pgbench []pgbenchResult
-	took    time.Duration
+	// baseline are the runs of the -baseline binary (default mode only).
+	baseline []result
+	sweep    []result   // the backlog-size sweep (default mode, 0 ms)
+	previous *runJSON   // the previous run's -json, if any
+	recovery []recovery // the recovery scenario, of the binary under test then of the baseline
+	pgbench  []pgbenchResult
+	took     time.Duration
 }
 
 func (r report) find(mode string, latency time.Duration) (result, bool) {
@@ -25,6 +30,12 @@ func (r report) find(mode string, latency time.Duration) (result, bool) {
 		}
 	}
 	return result{}, false
+}
+
+// all are the results of every backlog measured: the runs of the table,
+// of the sweep and of the baseline.
+func (r report) all() []result {
+	return append(append(append([]result{}, r.results...), r.sweep...), r.baseline...)
 }
 
 func ms(d time.Duration) string {
@@ -43,10 +54,11 @@ func mb(b int64) string { return fmt.Sprintf("%.0f MB", float64(b)/1e6) }
 func (r report) printTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "mode\tprovider latency\tevents/s\tcommitted\twindow\tsteady load\tp50\tp99\tpeak RSS\tin provider\tCPU cores: consumer / postgres / kafka / harness / other / idle\t")
-	for _, x := range r.results {
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%d\t%.1f s\t%.0f/s\t%s\t%s\t%s\t%.1f\t%.2f / %.2f / %.2f / %.2f / %.2f / %.2f\t\n",
-			x.Mode, ms(x.Latency), x.TP.Rate, x.TP.Committed, x.TP.Window.Seconds(), x.SteadyRate,
+	fmt.Fprintln(tw, "mode\tprovider latency\tevents/s\tCPU µs/event\tallocs/event\tKiB/event\tcommitted\twindow\tsteady load\tp50\tp99\tpeak RSS\tin provider\tCPU cores: consumer / postgres / kafka / harness / other / idle\t")
+	for _, x := range append(append([]result{}, r.results...), r.baseline...) {
+		fmt.Fprintf(tw, "%s%s\t%s\t%.0f\t%.0f\t%.0f\t%.1f\t%d\t%.1f s\t%.0f/s\t%s\t%s\t%s\t%.1f\t%.2f / %.2f / %.2f / %.2f / %.2f / %.2f\t\n",
+			x.Mode, x.binLabel(), ms(x.Latency), x.TP.Rate, x.Cost.CPUPerEvent(), x.Cost.AllocsPerEvent(), x.Cost.BytesPerEvent()/1024,
+			x.TP.Committed, x.TP.Window.Seconds(), x.SteadyRate,
 			ms(x.P50), ms(x.P99), mb(x.PeakRSS), x.InFlight, x.CPU.Consumer, x.CPU.Postgres, x.CPU.Kafka, x.CPU.Harness, x.CPU.Other, x.CPU.Idle)
 	}
 	tw.Flush()
@@ -60,6 +72,8 @@ func (r report) printTable(w io.Writer) {
 	for _, t := range r.targets() {
 		fmt.Fprintf(w, "target %-38s %-22s %s\n", t.name, t.measured, t.verdict())
 	}
+	r.printSweep(w)
+	r.printRecovery(w)
 	fmt.Fprintf(w, "bench took %s\n", r.took.Round(time.Second))
 }
 
@@ -72,12 +86,17 @@ func (r report) speedup() (float64, bool) {
 	return def.TP.Rate / seq.TP.Rate, true
 }
 
+// target is one line of the Targets table.
 type target struct {
 	name, measured string
 	met            bool
+	unmeasured     bool // the run did not measure it (e.g. no -baseline): neither met nor not
 }
 
 func (t target) verdict() string {
+	if t.unmeasured {
+		return "not measured"
+	}
 	if t.met {
 		return "met"
 	}
@@ -94,18 +113,20 @@ func (r report) targets() []target {
 	}{{0, 5000}, {20 * time.Millisecond, 3000}, {100 * time.Millisecond, 1000}} {
 		if x, ok := r.find("default", want.latency); ok {
 			ts = append(ts, target{fmt.Sprintf("default, %s: >= %.0f events/s", ms(want.latency), want.rate),
-				fmt.Sprintf("%.0f events/s", x.TP.Rate), x.TP.Rate >= want.rate})
+				fmt.Sprintf("%.0f events/s", x.TP.Rate), x.TP.Rate >= want.rate, false})
 		}
 	}
 	if s, ok := r.speedup(); ok {
-		ts = append(ts, target{"default/sequential at 20 ms: >= 100x", fmt.Sprintf("%.0fx", s), s >= 100})
+		ts = append(ts, target{"default/sequential at 20 ms: >= 100x", fmt.Sprintf("%.0fx", s), s >= 100, false})
 	}
 	var peak int64
-	for _, x := range r.results {
+	for _, x := range append(append([]result{}, r.results...), r.sweep...) {
 		peak = max(peak, x.PeakRSS)
 	}
-	ts = append(ts, target{"peak RSS < 150 MB", mb(peak), peak < 150e6})
-	return ts
+	ts = append(ts, r.issue14Targets()...)
+	ts = append(ts, target{"peak RSS < 150 MB", mb(peak), peak < 150e6, false})
+	ts = append(ts, r.sweepTargets()...)
+	return append(ts, r.recoveryTargets()...)
 }
 
 // markdown renders docs/benchmarks.md; chart is the path of the SVG,
@@ -131,12 +152,16 @@ func (r report) markdown(chart string) string {
 	if chart != "" {
 		p("![events/s per provider latency, sequential vs default (log scale)](%s)\n\n", filepath.Base(chart))
 	}
-	p("| mode | provider latency | events/s | events committed (window) | steady load | p50 produce→commit | p99 produce→commit | peak RSS |\n")
-	p("|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| mode | provider latency | events/s | CPU µs/event | allocs/event | KiB allocated/event | events committed (window) | steady load | p50 produce→commit | p99 produce→commit | peak RSS |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.results {
-		p("| %s | %s | **%.0f** | %d (%.1f s) | %.0f/s × %d | %s | %s | %s |\n", x.Mode, ms(x.Latency), x.TP.Rate, x.TP.Committed,
+		p("| %s | %s | **%.0f** | %.0f | %.0f | %.1f | %d (%.1f s) | %.0f/s × %d | %s | %s | %s |\n", x.Mode, ms(x.Latency), x.TP.Rate,
+			x.Cost.CPUPerEvent(), x.Cost.AllocsPerEvent(), x.Cost.BytesPerEvent()/1024, x.TP.Committed,
 			x.TP.Window.Seconds(), x.SteadyRate, x.SteadyRecords, ms(x.P50), ms(x.P99), mb(x.PeakRSS))
 	}
+	r.baselineMarkdown(&b)
+	r.previousMarkdown(&b)
+	r.sweepMarkdown(&b)
 	p("\nWhile the backlog drained: CPU used, in cores (CPU-seconds per second; %d in all), and the mean number of charges in progress "+
 		"at the simulator (sampled every 20 ms):\n\n", e.CPUs)
 	p("| mode | provider latency | consumer | postgres | kafka | harness + simulator | other | idle | charges in progress |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -145,9 +170,14 @@ func (r report) markdown(chart string) string {
 		p("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f |\n", x.Mode, ms(x.Latency), c.Consumer, c.Postgres, c.Kafka, c.Harness, c.Other, c.Idle, x.InFlight)
 	}
 	var notes []string
-	for _, x := range r.results {
+	for _, x := range r.all() {
 		for _, n := range append(append([]string{}, x.problems...), x.notes...) {
-			notes = append(notes, fmt.Sprintf("%s at %s: %s", x.Mode, ms(x.Latency), n))
+			notes = append(notes, fmt.Sprintf("%s at %s (%d records%s): %s", x.Mode, ms(x.Latency), x.Backlog, x.binLabel(), n))
+		}
+	}
+	for _, rec := range r.recovery {
+		for _, n := range rec.notes {
+			notes = append(notes, fmt.Sprintf("recovery (%s): %s", rec.label(), n))
 		}
 	}
 	if len(notes) > 0 {
@@ -157,11 +187,13 @@ func (r report) markdown(chart string) string {
 		}
 	} else {
 		total := 0
-		for _, x := range r.results {
+		for _, x := range r.all() {
 			total += x.Charges
 		}
 		p("\nEvery run charged each committed order exactly once: %d orders checked against the simulator (no order charged twice) and the ledger.\n", total)
 	}
+
+	r.recoveryMarkdown(&b)
 
 	p("\n## Targets\n\n| target | measured | |\n|---|---:|---|\n")
 	for _, t := range r.targets() {
@@ -204,9 +236,16 @@ func (r report) method(b *strings.Builder) {
   The records are read back afterwards (offset, timestamp) and matched with the polled committed offsets: a record's latency is the
   first poll at which its partition's committed offset had passed it, minus its timestamp. The poll interval (%v) bounds the resolution,
   and in the default mode so does the 1 s commit interval: a finished event waits up to 1 s for the next commit.
+- **CPU µs/event, allocs/event, KiB allocated/event** (the consumer process alone, while its backlog drained): when the harness first sees
+  the committed offsets advance, and again when it sees the backlog drained (or the time box end), it reads the committed total it has
+  just polled, then the consumer's user+system time from /proc/<pid>/stat (10 ms ticks), then its go_memstats_mallocs_total and
+  go_memstats_alloc_bytes_total from /metrics (the Go collector). Each is the difference between the two readings divided by the events
+  committed between them; so the events before the first commit, and the process start and group join, count neither in the events
+  nor in the cost. The readings come within one poll interval (%v) of the samples they are paired with; the first /metrics scrape's
+  own allocations fall inside the window (a few hundred KiB, against hundreds of MiB of events).
 - **peak RSS**: VmHWM of the consumer process from /proc just before it is stopped (SIGTERM), the larger of the two processes of a run.
 - **Correctness**: after each clean stop, the orders of exactly the committed records must have been charged, each once, at the simulator
   (no order charged twice) and have a ledger row with the provider's charge id; the bench fails otherwise.
-`, r.env.Defaults.Concurrency, r.env.Defaults.BatchSize, partitions, o.poll, o.timebox, o.steadyCap, o.steadyFor, o.poll)
+`, r.env.Defaults.Concurrency, r.env.Defaults.BatchSize, partitions, o.poll, o.timebox, o.steadyCap, o.steadyFor, o.poll, o.poll)
 	fmt.Fprintln(b)
 }

@@ -19,7 +19,8 @@ import (
 const (
 	partitions = 6
 	dlqTopic   = "billing-bench.dlq"
-	// ordersPerPhase spaces the order-id ranges of the phases.
+	// ordersPerPhase is the least spacing of the order-id ranges of the
+	// phases; a phase of more records gets a range as large as it.
 	ordersPerPhase = 100_000
 )
 
@@ -31,16 +32,29 @@ type bench struct {
 	out        io.Writer
 	firstOrder int64 // next free order id; fresh per invocation (from the clock)
 	svc        services
+	prof       *profiler // nil unless -profile
+}
+
+// bin is the binary of result r: the one under test, or the -baseline one.
+func (b *bench) bin(r *result) string {
+	if r.Baseline {
+		return b.o.baseline
+	}
+	return b.o.bin
 }
 
 // result is the measurement of one mode at one provider latency.
 type result struct {
 	Mode    string
 	Latency time.Duration
-	Backlog int           // records produced before the consumer started
-	TP      throughput    // draining the backlog
-	CPU     cpuUse        // while draining the backlog
-	Stats   consumerStats // the consumer's metrics after the backlog
+	// Baseline marks a run of the -baseline binary (the code before the
+	// change), measured in the same sitting.
+	Baseline bool
+	Backlog  int           // records produced before the consumer started
+	TP       throughput    // draining the backlog
+	CPU      cpuUse        // while draining the backlog, in cores
+	Cost     cost          // the consumer's CPU and allocations per committed event while draining
+	Stats    consumerStats // the consumer's metrics after the backlog
 	// InFlight is the mean number of charges in progress at the simulator
 	// while the backlog drained (sampled every 20 ms after the first
 	// commit): how many of the consumer's slots were waiting on the provider.
@@ -56,10 +70,22 @@ type result struct {
 	notes          []string
 }
 
+// binLabel is " (baseline)" for a run of the -baseline binary, else "".
+func (r result) binLabel() string {
+	if r.Baseline {
+		return " (baseline)"
+	}
+	return ""
+}
+
 func (r result) line() string {
-	s := fmt.Sprintf("  %-10s %5v: %7.0f events/s (%d committed in %.1fs), steady %.0f/s: p50 %v p99 %v, peak RSS %.0f MB, %d charges verified",
-		r.Mode, r.Latency, r.TP.Rate, r.TP.Committed, r.TP.Window.Seconds(), r.SteadyRate,
-		r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), float64(r.PeakRSS)/1e6, r.Charges)
+	s := fmt.Sprintf("  %-10s %5v%s: %7.0f events/s (%d committed in %.1fs), %.0f µs CPU, %.0f allocs, %.1f KiB per event; ",
+		r.Mode, r.Latency, r.binLabel(), r.TP.Rate, r.TP.Committed, r.TP.Window.Seconds(),
+		r.Cost.CPUPerEvent(), r.Cost.AllocsPerEvent(), r.Cost.BytesPerEvent()/1024)
+	if r.SteadyRecords > 0 {
+		s += fmt.Sprintf("steady %.0f/s: p50 %v p99 %v, ", r.SteadyRate, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond))
+	}
+	s += fmt.Sprintf("peak RSS %.0f MB, %d charges verified", float64(r.PeakRSS)/1e6, r.Charges)
 	for _, p := range r.problems {
 		s += "\n    FAILED: " + p
 	}
@@ -74,19 +100,21 @@ func (r result) line() string {
 type phase struct {
 	topic, group string
 	firstOrder   int64
+	orders       int64 // the phase's orders are firstOrder .. firstOrder+orders-1
 	sim          *paysim.Sim
 	srv          *http.Server
 	env          []string
 }
 
-// newPhase creates the phase's topic and starts its simulator.
-func (b *bench) newPhase(ctx context.Context, m mode, latency time.Duration, kind string) (*phase, error) {
+// newPhase creates the phase's topic and starts its simulator; the phase
+// gets a fresh range of at least records order ids.
+func (b *bench) newPhase(ctx context.Context, m mode, latency time.Duration, kind string, records int) (*phase, error) {
 	name := kafkatest.UniqueName(fmt.Sprintf("bench-%s-%dms-%s", m.name, latency.Milliseconds(), kind))
 	if err := kafkatest.CreateTopicErr(ctx, b.o.brokers, name, partitions); err != nil {
 		return nil, fmt.Errorf("create topic %s: %w", name, err)
 	}
-	p := &phase{topic: name, group: name, firstOrder: b.firstOrder}
-	b.firstOrder += ordersPerPhase
+	p := &phase{topic: name, group: name, firstOrder: b.firstOrder, orders: int64(max(ordersPerPhase, records))}
+	b.firstOrder += p.orders
 	p.sim = paysim.New(paysim.Config{Seed: uint64(p.firstOrder), Faults: paysim.Faults{Latency: latency}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -102,15 +130,15 @@ func (b *bench) newPhase(ctx context.Context, m mode, latency time.Duration, kin
 		"BILLING_DATABASE_URL=" + b.o.dbURL,
 		"BILLING_PAYMENT_URL=http://" + ln.Addr().String(),
 		"BILLING_KAFKA_LAG_INTERVAL=1s",
-	}, m.env...)
+	}, append(m.env, b.prof.env()...)...)
 	return p, nil
 }
 
 // measure runs the backlog phase, then the steady phase at half the
 // measured rate, of mode m at provider latency latency.
-func (b *bench) measure(ctx context.Context, m mode, latency time.Duration) (result, error) {
-	r := result{Mode: m.name, Latency: latency, Backlog: backlog(m, latency, b.o.scale)}
-	fmt.Fprintf(b.out, "%s, provider latency %v: %d records backlog...\n", m.name, latency, r.Backlog)
+func (b *bench) measure(ctx context.Context, m mode, latency time.Duration, baseline bool) (result, error) {
+	r := result{Mode: m.name, Latency: latency, Baseline: baseline, Backlog: backlog(m, latency, b.o.scale)}
+	fmt.Fprintf(b.out, "%s%s, provider latency %v: %d records backlog...\n", m.name, r.binLabel(), latency, r.Backlog)
 	if err := b.backlogPhase(ctx, m, latency, &r); err != nil {
 		return r, err
 	}
@@ -125,10 +153,10 @@ func (b *bench) measure(ctx context.Context, m mode, latency time.Duration) (res
 }
 
 // backlogPhase produces the backlog, starts the consumer, and measures
-// events/s, CPU and peak RSS until the backlog is drained (default mode)
-// or the time box ends (sequential mode).
+// events/s, CPU, allocations and peak RSS until the backlog is drained
+// (default mode) or the time box ends (sequential mode).
 func (b *bench) backlogPhase(ctx context.Context, m mode, latency time.Duration, r *result) error {
-	p, err := b.newPhase(ctx, m, latency, "backlog")
+	p, err := b.newPhase(ctx, m, latency, "backlog", r.Backlog)
 	if err != nil {
 		return err
 	}
@@ -142,50 +170,15 @@ func (b *bench) backlogPhase(ctx context.Context, m mode, latency time.Duration,
 	}
 	poll := startPoller(ctx, b.o.brokers, p.topic, p.group, partitions, b.o.poll)
 	defer poll.finish()
-	proc, err := startConsumer(b.o.bin, p.env, b.log)
+	proc, err := startConsumer(b.bin(r), p.env, b.log)
 	if err != nil {
 		return err
 	}
 	defer proc.Stop(5 * time.Second)
-	cpu0 := takeCPU(proc.Pid(), b.svc)
-
-	// The default mode drains the backlog; the sequential one is stopped
-	// a time box after its first commit.
-	var until, first time.Time
-	var inFlight, inFlightN int
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		if err := proc.exited(); err != nil {
-			return err
-		}
-		last := poll.last()
-		if last.total() > 0 && first.IsZero() {
-			first = last.at
-			if m.sequential {
-				until = first.Add(b.o.timebox)
-			}
-		}
-		if last.total() == int64(r.Backlog) {
-			break
-		}
-		if !first.IsZero() {
-			inFlight += p.sim.InFlight()
-			inFlightN++
-		}
-		if !until.IsZero() && time.Now().After(until) {
-			break
-		}
-		if time.Now().After(deadline) {
-			r.notes = append(r.notes, fmt.Sprintf("backlog not drained within 3 minutes (%d of %d committed)", last.total(), r.Backlog))
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
+	w, err := b.watchBacklog(ctx, m, p, proc, poll, r)
+	if err != nil {
+		return err
 	}
-	cpu1 := takeCPU(proc.Pid(), b.svc)
 	rss, err := peakRSS(proc.Pid())
 	if err != nil {
 		return err
@@ -199,20 +192,88 @@ func (b *bench) backlogPhase(ctx context.Context, m mode, latency time.Duration,
 	if err := proc.Stop(45 * time.Second); err != nil {
 		return fmt.Errorf("billing-consumer did not stop cleanly: %w", err)
 	}
-	r.TP = measureThroughput(poll.finish(), until)
+	r.TP = measureThroughput(poll.finish(), w.until)
+	r.CPU = since(w.cpu0, w.cpu1)
+	r.Cost = costBetween(w.c0, w.c1)
+	r.PeakRSS = max(r.PeakRSS, rss)
+	if r.Cost.Events <= 0 {
+		r.notes = append(r.notes, "no event committed after the first advance: no CPU or allocations per event (backlog too small)")
+	}
+	return b.verify(ctx, p, r, !m.sequential)
+}
+
+// backlogWatch is what watchBacklog read at the two ends of the measured
+// window.
+type backlogWatch struct {
+	until      time.Time // end of a sequential run's time box; zero for the default mode
+	cpu0, cpu1 cpuSnapshot
+	c0, c1     counters
+}
+
+// watchBacklog waits until the backlog is drained (default mode) or the
+// time box after the first commit ends (sequential mode), sampling the
+// simulator's charges in progress. The consumer's counters and the CPU of
+// every process are read when the first committed-offset advance is seen
+// and again at the end, so that the CPU and allocations are those of the
+// events committed in between.
+func (b *bench) watchBacklog(ctx context.Context, m mode, p *phase, proc *consumerProc, poll *poller, r *result) (backlogWatch, error) {
+	var w backlogWatch
+	var first time.Time
+	var inFlight, inFlightN int
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		if err := proc.exited(); err != nil {
+			return w, err
+		}
+		last := poll.last()
+		if last.total() > 0 && first.IsZero() {
+			first = last.at
+			if m.sequential {
+				w.until = first.Add(b.o.timebox)
+			}
+			var err error
+			if w.c0, err = readCounters(ctx, proc, last.total()); err != nil {
+				return w, err
+			}
+			w.cpu0 = takeCPU(proc.Pid(), b.svc)
+			b.prof.start(ctx, proc)
+		}
+		if last.total() == int64(r.Backlog) {
+			break
+		}
+		if !first.IsZero() {
+			inFlight += p.sim.InFlight()
+			inFlightN++
+		}
+		if !w.until.IsZero() && time.Now().After(w.until) {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.notes = append(r.notes, fmt.Sprintf("backlog not drained within 3 minutes (%d of %d committed)", last.total(), r.Backlog))
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return w, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	var err error
+	if w.c1, err = readCounters(ctx, proc, poll.last().total()); err != nil {
+		return w, err
+	}
+	w.cpu1 = takeCPU(proc.Pid(), b.svc)
 	if inFlightN > 0 {
 		r.InFlight = float64(inFlight) / float64(inFlightN)
 	}
-	r.CPU = since(cpu0, cpu1)
-	r.PeakRSS = max(r.PeakRSS, rss)
-	return b.verify(ctx, p, r, !m.sequential)
+	return w, b.prof.finish(ctx)
 }
 
 // steadyPhase starts a consumer on an empty topic, offers it
 // r.SteadyRecords records at r.SteadyRate once it has joined its group,
 // and measures the produce-to-commit latency of each.
 func (b *bench) steadyPhase(ctx context.Context, m mode, latency time.Duration, r *result) error {
-	p, err := b.newPhase(ctx, m, latency, "steady")
+	p, err := b.newPhase(ctx, m, latency, "steady", r.SteadyRecords)
 	if err != nil {
 		return err
 	}
@@ -221,7 +282,7 @@ func (b *bench) steadyPhase(ctx context.Context, m mode, latency time.Duration, 
 	if err != nil {
 		return err
 	}
-	proc, err := startConsumer(b.o.bin, p.env, b.log)
+	proc, err := startConsumer(b.bin(r), p.env, b.log)
 	if err != nil {
 		return err
 	}
@@ -315,11 +376,19 @@ func (b *bench) verify(ctx context.Context, p *phase, r *result, drain bool) err
 	}
 	var ledger int
 	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM charge WHERE order_id >= $1 AND order_id < $2 AND provider_charge_id IS NOT NULL",
-		p.firstOrder, p.firstOrder+ordersPerPhase).Scan(&ledger); err != nil {
+		p.firstOrder, p.firstOrder+p.orders).Scan(&ledger); err != nil {
 		return fmt.Errorf("count ledger rows: %w", err)
 	}
 	if ledger != p.sim.ChargesTaken() {
 		fail("%d ledger rows for %d provider charges", ledger, p.sim.ChargesTaken())
+	}
+	var pending int
+	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM charge WHERE order_id >= $1 AND order_id < $2 AND status <> 'charged'",
+		p.firstOrder, p.firstOrder+p.orders).Scan(&pending); err != nil {
+		return fmt.Errorf("count unsettled ledger claims: %w", err)
+	}
+	if pending > 0 {
+		fail("%d ledger claims left pending or blocked", pending)
 	}
 	r.Charges += len(orders) - notOnce
 	return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/internal/harness"
@@ -12,6 +13,10 @@ type consumerStats struct {
 	Charged     float64       // billing_events_total{result="charged"}
 	Retries     float64       // billing_retries_total, all kinds
 	PaymentMean time.Duration // mean billing_payment_duration_seconds: the provider call as the consumer saw it
+	// Mallocs and AllocBytes are go_memstats_mallocs_total and
+	// go_memstats_alloc_bytes_total: the Go collector the binary registers
+	// (cmd/billing-consumer/service.go), cumulative since its start.
+	Mallocs, AllocBytes float64
 }
 
 // scrape reads the consumer's /metrics.
@@ -20,6 +25,13 @@ func scrape(ctx context.Context, addr string) (consumerStats, error) {
 	families, err := harness.Scrape(ctx, addr)
 	if err != nil {
 		return s, err
+	}
+	for name, dst := range map[string]*float64{"go_memstats_mallocs_total": &s.Mallocs, "go_memstats_alloc_bytes_total": &s.AllocBytes} {
+		f := families[name]
+		if len(f.GetMetric()) != 1 {
+			return s, fmt.Errorf("the consumer's /metrics at %s has no %s (is the Go collector registered?)", addr, name)
+		}
+		*dst = f.GetMetric()[0].GetCounter().GetValue()
 	}
 	s.Charged = harness.CounterBy(families["billing_events_total"], "result")["charged"]
 	if f := families["billing_retries_total"]; f != nil {
