@@ -23,7 +23,7 @@ import (
 // to nobody, the state a stuck rebalance can leave a group in.
 type rogueBalancer struct{ keep []int }
 
-func (rogueBalancer) ProtocolName() string       { return "range" }
+func (rogueBalancer) ProtocolName() string      { return "range" }
 func (rogueBalancer) UserData() ([]byte, error) { return []byte("rogue"), nil }
 func (b rogueBalancer) AssignGroups(members []kafka.GroupMember, partitions []kafka.Partition) kafka.GroupMemberAssignments {
 	out := kafka.GroupMemberAssignments{}
