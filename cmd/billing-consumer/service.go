@@ -135,8 +135,9 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, GroupID: cfg.KafkaGroupID, Dialer: s.kconns.Dialer,
 		Concurrency: cfg.Concurrency, PartitionWindow: cfg.PartitionWindow, CommitInterval: cfg.KafkaCommitInterval,
 		DrainTimeout: cfg.DrainTimeout, SessionTimeout: cfg.KafkaSessionTimeout, RebalanceTimeout: cfg.KafkaRebalanceTimeout,
-		Logger:   s.logger,
-		OnCommit: s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now),
+		HeartbeatInterval: cfg.KafkaHeartbeatInterval,
+		Logger:            s.logger,
+		OnCommit:          s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now),
 	}, s.handler.Handle); err != nil {
 		return nil, err
 	}

@@ -69,6 +69,11 @@ type Config struct {
 	// up a shutdown.
 	CommitTimeout time.Duration
 
+	// SessionTimeout is how long the coordinator waits for a heartbeat
+	// before it evicts a member: a crashed member's partitions stand still
+	// that long. RebalanceTimeout is how long it waits for the live members
+	// to rejoin in a rebalance (kafka-go abandons a JoinGroup after it plus
+	// 5s). HeartbeatInterval must be below a third of SessionTimeout.
 	SessionTimeout    time.Duration // zero: kafka-go's default (30s)
 	RebalanceTimeout  time.Duration // zero: kafka-go's default (30s)
 	HeartbeatInterval time.Duration // zero: kafka-go's default (3s)
@@ -132,6 +137,14 @@ func New(cfg Config, handle Handler) (*Consumer, error) {
 	if cfg.DrainTimeout >= session || cfg.DrainTimeout >= rebalance {
 		return nil, fmt.Errorf("consumer: drain timeout %v must be below the session timeout %v and the rebalance timeout %v",
 			cfg.DrainTimeout, session, rebalance)
+	}
+	heartbeat := cfg.HeartbeatInterval
+	if heartbeat == 0 {
+		heartbeat = 3 * time.Second // kafka-go's default
+	}
+	if heartbeat < 0 || 3*heartbeat >= session {
+		return nil, fmt.Errorf("consumer: heartbeat interval %v must be positive and below a third of the session timeout %v",
+			heartbeat, session)
 	}
 	return &Consumer{cfg: cfg, handle: handle}, nil
 }
