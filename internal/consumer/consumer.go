@@ -91,7 +91,6 @@ type Config struct {
 type Consumer struct {
 	cfg    Config
 	handle Handler
-	joined atomic.Bool
 	gen    atomic.Pointer[Generation] // nil between generations
 	jobs   chan job                   // to the idle workers; see startWorkers
 }
@@ -151,7 +150,7 @@ func New(cfg Config, handle Handler) (*Consumer, error) {
 
 // Joined reports whether the consumer is currently a member of a group
 // generation (for /readyz).
-func (c *Consumer) Joined() bool { return c.joined.Load() }
+func (c *Consumer) Joined() bool { return c.gen.Load() != nil }
 
 // Generation is the group generation a consumer is a member of.
 type Generation struct {
@@ -192,7 +191,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	for {
 		gen, err := group.Next(ctx)
 		if err != nil {
-			c.joined.Store(false)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -246,7 +244,6 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
 	c.cfg.Logger.Info("partitions assigned", "group", c.cfg.GroupID, "generation", gen.ID,
 		"topic", c.cfg.Topic, "partitions", parts)
 	c.gen.Store(&Generation{ID: gen.ID, Partitions: len(assigned)})
-	c.joined.Store(true)
 
 	finished := make(chan struct{})
 	gen.Start(func(genCtx context.Context) {
@@ -267,7 +264,6 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
 		}
 	})
 	<-finished
-	c.joined.Store(false)
 	c.gen.Store(nil)
 	c.cfg.Logger.Info("partitions revoked", "group", c.cfg.GroupID, "generation", gen.ID,
 		"topic", c.cfg.Topic, "partitions", parts, "shutdown", ctx.Err() != nil)
