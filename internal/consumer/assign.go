@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
 // GroupAssignment is how a consumer group has divided a topic, as the
@@ -30,16 +32,9 @@ type GroupAssignment struct {
 // than partitions: nothing to do) or because the group left some
 // partitions to nobody (a stuck rebalance: nobody consumes them).
 func AssignmentOf(ctx context.Context, client *kafka.Client, topic, group string) (GroupAssignment, error) {
-	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	ids, err := kafkagroup.Partitions(ctx, client, topic)
 	if err != nil {
-		return GroupAssignment{}, fmt.Errorf("metadata of %s: %w", topic, err)
-	}
-	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil {
-		var terr error = errors.New("not found")
-		if len(meta.Topics) == 1 {
-			terr = meta.Topics[0].Error
-		}
-		return GroupAssignment{}, fmt.Errorf("metadata of %s: %w", topic, terr)
+		return GroupAssignment{}, err
 	}
 	res, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
 	if err != nil {
@@ -64,9 +59,9 @@ func AssignmentOf(ctx context.Context, client *kafka.Client, topic, group string
 		}
 	}
 	out := GroupAssignment{State: g.GroupState, Members: len(g.Members)}
-	for _, p := range meta.Topics[0].Partitions {
-		if !taken[p.ID] {
-			out.Unassigned = append(out.Unassigned, p.ID)
+	for _, id := range ids {
+		if !taken[id] {
+			out.Unassigned = append(out.Unassigned, id)
 		}
 	}
 	slices.Sort(out.Unassigned)
