@@ -25,7 +25,12 @@ type GroupConfig struct {
 	Brokers []string
 	Topic   string
 	Dialer  *kafka.Dialer // nil: kafka.DefaultDialer
-	// Zero timings are kafka-go's defaults (30s, 30s, 3s).
+	// Zero timings are kafka-go's defaults (30s, 30s, 3s). kafka-go sends
+	// no heartbeat while a generation drains or while it waits in
+	// JoinGroup, gives a JoinGroup 5s plus RebalanceTimeout before it
+	// gives up, and then rejoins under a new member id (another
+	// rebalance); docs/operations.md compares this with Apache Kafka and
+	// kfake.
 	SessionTimeout, RebalanceTimeout, HeartbeatInterval time.Duration
 	// Logger receives kafka-go's group errors, as warnings.
 	Logger *slog.Logger
