@@ -44,17 +44,18 @@ type config struct {
 	PaymentTokenFile string        `split_words:"true" desc:"file holding BILLING_PAYMENT_TOKEN (a mounted secret)"`
 	PaymentTimeout   time.Duration `split_words:"true" default:"10s" desc:"timeout of one payment request, body included"`
 
-	Concurrency           int           `split_words:"true" default:"256" desc:"events processed at once by this instance, across partitions; events with the same record key always run one at a time, in order. 1 with BILLING_KAFKA_COMMIT_INTERVAL=0 is the sequential mode"`
-	PartitionWindow       int           `split_words:"true" default:"1024" desc:"records of one partition fetched but not yet committable; a full window pauses fetching (bounds memory)"`
-	KafkaCommitInterval   time.Duration `split_words:"true" default:"1s" desc:"commit offsets (the finished prefix of each partition) on this interval, and on revoke and shutdown; 0 commits after every event"`
-	KafkaSessionTimeout   time.Duration `split_words:"true" default:"30s" desc:"consumer group session timeout"`
-	KafkaRebalanceTimeout time.Duration `split_words:"true" default:"30s" desc:"how long the group waits for members to rejoin; must exceed BILLING_DRAIN_TIMEOUT"`
-	KafkaLagInterval      time.Duration `split_words:"true" default:"15s" desc:"interval of the consumer-lag query to the brokers"`
-	DrainTimeout          time.Duration `split_words:"true" default:"15s" desc:"how long in-flight events may finish after a rebalance or SIGTERM before they are abandoned (and redelivered); below the session timeout"`
-	ShutdownTimeout       time.Duration `split_words:"true" default:"30s" desc:"bound of the whole graceful shutdown; keep the pod's terminationGracePeriodSeconds above it"`
-	MaxAttempts           int           `split_words:"true" default:"8" desc:"least number of attempts of an event failing transiently (5xx, 409, 429, timeout) before it may be dead-lettered as exhausted; BILLING_RETRY_BUDGET must be spent too"`
-	RetryBackoff          time.Duration `split_words:"true" default:"200ms" desc:"first delay between attempts; doubles each attempt, with 20% jitter"`
-	RetryBackoffMax       time.Duration `split_words:"true" default:"10s" desc:"cap of the delay between attempts"`
+	Concurrency            int           `split_words:"true" default:"256" desc:"events processed at once by this instance, across partitions; events with the same record key always run one at a time, in order. 1 with BILLING_KAFKA_COMMIT_INTERVAL=0 is the sequential mode"`
+	PartitionWindow        int           `split_words:"true" default:"1024" desc:"records of one partition fetched but not yet committable; a full window pauses fetching (bounds memory)"`
+	KafkaCommitInterval    time.Duration `split_words:"true" default:"1s" desc:"commit offsets (the finished prefix of each partition) on this interval, and on revoke and shutdown; 0 commits after every event"`
+	KafkaSessionTimeout    time.Duration `split_words:"true" default:"6s" desc:"consumer group session timeout: a crashed replica's partitions stand still this long (plus about a second) before the group hands them to another; every rebalance pauses all replicas (kafka-go's eager protocol). Shorter recovers faster but must outlast a drain (no heartbeat while draining) and a stalled process; brokers refuse less than group.min.session.timeout.ms (6s by default)"`
+	KafkaHeartbeatInterval time.Duration `split_words:"true" default:"500ms" desc:"interval of the heartbeats that keep the session alive and discover a rebalance; below a third of BILLING_KAFKA_SESSION_TIMEOUT"`
+	KafkaRebalanceTimeout  time.Duration `split_words:"true" default:"12s" desc:"how long the group waits for its live members to rejoin in a rebalance; must exceed BILLING_DRAIN_TIMEOUT (a member rejoins after its drain and final commit). kafka-go gives up on a join after this plus 5s"`
+	KafkaLagInterval       time.Duration `split_words:"true" default:"15s" desc:"interval of the consumer-lag query to the brokers"`
+	DrainTimeout           time.Duration `split_words:"true" default:"3s" desc:"how long in-flight events may finish after a rebalance or SIGTERM before they are abandoned (and redelivered; a charge cut off stays a pending claim that its redelivery settles); below the session and rebalance timeouts, with room for a heartbeat interval and the final commit: kafka-go does not heartbeat while a generation drains"`
+	ShutdownTimeout        time.Duration `split_words:"true" default:"30s" desc:"bound of the whole graceful shutdown; keep the pod's terminationGracePeriodSeconds above it"`
+	MaxAttempts            int           `split_words:"true" default:"8" desc:"least number of attempts of an event failing transiently (5xx, 409, 429, timeout) before it may be dead-lettered as exhausted; BILLING_RETRY_BUDGET must be spent too"`
+	RetryBackoff           time.Duration `split_words:"true" default:"200ms" desc:"first delay between attempts; doubles each attempt, with 20% jitter"`
+	RetryBackoffMax        time.Duration `split_words:"true" default:"10s" desc:"cap of the delay between attempts"`
 
 	// The durable ledger claim (SPEC §6) and its completer.
 	DBTimeout         time.Duration `split_words:"true" default:"10s" desc:"deadline of each database statement on the billing path: a connection that silently drops packets fails the attempt instead of hanging it"`

@@ -106,7 +106,9 @@ func TestConfigErrors(t *testing.T) {
 		{"drain above session timeout", map[string]string{"BILLING_KAFKA_SESSION_TIMEOUT": "10s", "BILLING_DRAIN_TIMEOUT": "12s", "BILLING_SHUTDOWN_TIMEOUT": "60s"}, "BILLING_DRAIN_TIMEOUT"},
 		{"drain equal to rebalance timeout", map[string]string{"BILLING_KAFKA_SESSION_TIMEOUT": "45s", "BILLING_KAFKA_REBALANCE_TIMEOUT": "20s", "BILLING_DRAIN_TIMEOUT": "20s", "BILLING_SHUTDOWN_TIMEOUT": "60s"}, "BILLING_DRAIN_TIMEOUT"},
 		{"drain zero", map[string]string{"BILLING_DRAIN_TIMEOUT": "0s"}, "BILLING_DRAIN_TIMEOUT"},
-		{"shutdown not above drain", map[string]string{"BILLING_SHUTDOWN_TIMEOUT": "15s"}, "BILLING_SHUTDOWN_TIMEOUT"},
+		{"heartbeat a third of the session timeout", map[string]string{"BILLING_KAFKA_HEARTBEAT_INTERVAL": "2s"}, "BILLING_KAFKA_HEARTBEAT_INTERVAL"},
+		{"heartbeat zero", map[string]string{"BILLING_KAFKA_HEARTBEAT_INTERVAL": "0s"}, "BILLING_KAFKA_HEARTBEAT_INTERVAL"},
+		{"shutdown not above drain", map[string]string{"BILLING_SHUTDOWN_TIMEOUT": "3s"}, "BILLING_SHUTDOWN_TIMEOUT"},
 		{"lag interval too short", map[string]string{"BILLING_KAFKA_LAG_INTERVAL": "100ms"}, "BILLING_KAFKA_LAG_INTERVAL"},
 
 		{"missing payment URL", map[string]string{"BILLING_PAYMENT_URL": unset}, "BILLING_PAYMENT_URL"},

@@ -63,6 +63,7 @@ func (s *service) loops() []loop {
 			consumer.WatchLag(ctx, client, cfg.KafkaTopic, cfg.KafkaGroupID, cfg.KafkaLagInterval, s.logger,
 				s.m.Lag(cfg.KafkaTopic, cfg.KafkaGroupID, 3*cfg.KafkaLagInterval, time.Now))
 		}},
+		{"idle check", func(ctx context.Context) { s.idle.run(ctx, cfg.KafkaLagInterval) }},
 		{"ledger completer", func(ctx context.Context) {
 			completer(cfg, s.pool, s.payer.ForBilling(), s.logger).Run(ctx, cfg.CompleterInterval, func(u billing.Unsettled) {
 				s.m.LedgerClaims.WithLabelValues("pending").Set(float64(u.Pending))

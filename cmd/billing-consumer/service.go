@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -43,6 +44,7 @@ type service struct {
 	handler  *pipeline.Handler
 	consumer *consumer.Consumer
 	consume  func(context.Context) error // consumer.Run; a test may replace it
+	idle     *idleWatcher                // why the consumer owns no partition
 
 	ready    *readiness
 	ln       net.Listener
@@ -134,12 +136,15 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, GroupID: cfg.KafkaGroupID, Dialer: s.kconns.Dialer,
 		Concurrency: cfg.Concurrency, PartitionWindow: cfg.PartitionWindow, CommitInterval: cfg.KafkaCommitInterval,
 		DrainTimeout: cfg.DrainTimeout, SessionTimeout: cfg.KafkaSessionTimeout, RebalanceTimeout: cfg.KafkaRebalanceTimeout,
-		Logger:   s.logger,
-		OnCommit: s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now),
+		HeartbeatInterval: cfg.KafkaHeartbeatInterval,
+		Logger:            s.logger,
+		OnCommit:          s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now),
 	}, s.handler.Handle); err != nil {
 		return nil, err
 	}
 	s.consume = s.consumer.Run
+	s.idle = &idleWatcher{client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second},
+		topic: cfg.KafkaTopic, group: cfg.KafkaGroupID, consumer: s.consumer, logger: s.logger}
 	if err := s.listen(); err != nil {
 		return nil, err
 	}

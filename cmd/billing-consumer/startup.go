@@ -27,7 +27,9 @@ func (r *readiness) get() string       { return *r.reason.Load() }
 
 // readyCheck is /readyz: not ready while starting up (with the step it
 // waits for), then ready when the database answers, the consumer is a
-// group member, and no event is waiting out a systemic failure.
+// group member that owns partitions or idles only because every partition
+// is taken (see idleWatcher), and no event is waiting out a systemic
+// failure.
 func (s *service) readyCheck(ctx context.Context) error {
 	if r := s.ready.get(); r != "" {
 		return errors.New(r)
@@ -37,6 +39,9 @@ func (s *service) readyCheck(ctx context.Context) error {
 	}
 	if !s.consumer.Joined() {
 		return errors.New("not a consumer group member")
+	}
+	if err := s.idle.notReady(); err != nil {
+		return err
 	}
 	if s.handler.Stalled() {
 		return errors.New("paused by a systemic failure")

@@ -127,6 +127,12 @@ func (c config) validateKafka(v problem) {
 	if c.KafkaSessionTimeout < time.Second {
 		v("KAFKA_SESSION_TIMEOUT", "must be at least 1s (brokers also enforce group.min.session.timeout.ms, 6s by default), got %s", c.KafkaSessionTimeout)
 	}
+	// Three heartbeats per session at least, as Kafka's clients advise: one
+	// late heartbeat must not cost a rebalance.
+	if c.KafkaHeartbeatInterval <= 0 || 3*c.KafkaHeartbeatInterval >= c.KafkaSessionTimeout {
+		v("KAFKA_HEARTBEAT_INTERVAL", "must be positive and below a third of BILLING_KAFKA_SESSION_TIMEOUT (%s), got %s",
+			c.KafkaSessionTimeout, c.KafkaHeartbeatInterval)
+	}
 	if c.DrainTimeout <= 0 || c.DrainTimeout >= c.KafkaRebalanceTimeout || c.DrainTimeout >= c.KafkaSessionTimeout {
 		v("DRAIN_TIMEOUT", "must be positive and below BILLING_KAFKA_SESSION_TIMEOUT (%s) and BILLING_KAFKA_REBALANCE_TIMEOUT (%s), got %s",
 			c.KafkaSessionTimeout, c.KafkaRebalanceTimeout, c.DrainTimeout)

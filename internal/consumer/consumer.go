@@ -4,13 +4,15 @@
 // partition.
 //
 // Each group generation runs one goroutine per assigned partition, which
-// fetches, dispatches messages to handlers by key (see Handler), and
-// commits. When the generation ends (a rebalance) or Run's context is
-// cancelled, each partition stops fetching, gives its in-flight messages up
-// to DrainTimeout to finish, commits what finished, and returns; kafka-go
-// rejoins the group only after every partition goroutine has returned, so
-// no other member can be handed the partition while this one may still
-// commit it.
+// fetches and dispatches messages by key (see Handler) to a pool of
+// Concurrency long-lived workers shared by all partitions, and one commit
+// loop that commits the finished prefix of every partition in one request
+// per CommitInterval. When the generation ends (a rebalance) or Run's
+// context is cancelled, each partition stops fetching and gives its
+// in-flight messages up to DrainTimeout to finish; then one last request
+// commits what finished, and only then is the generation released: kafka-go
+// rejoins the group only after that, so no other member can be handed a
+// partition while this one may still commit it.
 package consumer
 
 import (
@@ -45,14 +47,16 @@ type Config struct {
 	GroupID string
 	Dialer  *kafka.Dialer // nil: kafka.DefaultDialer
 
-	// Concurrency caps the handlers running at once across all partitions
-	// of this consumer. Messages with the same key always run one at a
-	// time, in offset order. 1 is the sequential baseline.
+	// Concurrency is the number of workers that run the handlers, and so
+	// caps the handlers running at once across all partitions of this
+	// consumer. Messages with the same key always run one at a time, in
+	// offset order. 1 is the sequential baseline.
 	Concurrency int
 	// PartitionWindow caps the messages of one partition that are fetched
 	// but not yet committable; a full window pauses fetching. Zero: 1024.
 	PartitionWindow int
-	// CommitInterval batches offset commits. Zero commits after every
+	// CommitInterval batches offset commits: one request for every
+	// partition with progress, per interval. Zero commits after every
 	// completed message: with Concurrency 1, the sequential baseline.
 	CommitInterval time.Duration
 	// DrainTimeout is how long an in-flight message may still run after a
@@ -65,15 +69,21 @@ type Config struct {
 	// up a shutdown.
 	CommitTimeout time.Duration
 
+	// SessionTimeout is how long the coordinator waits for a heartbeat
+	// before it evicts a member: a crashed member's partitions stand still
+	// that long. RebalanceTimeout is how long it waits for the live members
+	// to rejoin in a rebalance (kafka-go abandons a JoinGroup after it plus
+	// 5s). HeartbeatInterval must be below a third of SessionTimeout.
 	SessionTimeout    time.Duration // zero: kafka-go's default (30s)
 	RebalanceTimeout  time.Duration // zero: kafka-go's default (30s)
 	HeartbeatInterval time.Duration // zero: kafka-go's default (3s)
 	MaxBytes          int           // largest fetch; zero: 10 MiB
 
 	Logger *slog.Logger
-	// OnCommit, when set, is called after each successful commit of a
-	// partition with the committed offset and the timings of the messages
-	// it newly covers. Partitions call it concurrently.
+	// OnCommit, when set, is called after each successful commit request,
+	// once for each partition it carried, with the committed offset and
+	// the timings of the messages it newly covers. Calls for different
+	// partitions may come from different goroutines, never at once.
 	OnCommit func(partition int, offset int64, covered []Timing)
 }
 
@@ -81,8 +91,8 @@ type Config struct {
 type Consumer struct {
 	cfg    Config
 	handle Handler
-	joined atomic.Bool
-	slots  chan struct{} // one per running handler, Concurrency in all
+	gen    atomic.Pointer[Generation] // nil between generations
+	jobs   chan job                   // to the idle workers; see startWorkers
 }
 
 // New validates cfg and returns a Consumer that calls handle for each
@@ -127,12 +137,40 @@ func New(cfg Config, handle Handler) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer: drain timeout %v must be below the session timeout %v and the rebalance timeout %v",
 			cfg.DrainTimeout, session, rebalance)
 	}
-	return &Consumer{cfg: cfg, handle: handle, slots: make(chan struct{}, cfg.Concurrency)}, nil
+	heartbeat := cfg.HeartbeatInterval
+	if heartbeat == 0 {
+		heartbeat = 3 * time.Second // kafka-go's default
+	}
+	if heartbeat < 0 || 3*heartbeat >= session {
+		return nil, fmt.Errorf("consumer: heartbeat interval %v must be positive and below a third of the session timeout %v",
+			heartbeat, session)
+	}
+	return &Consumer{cfg: cfg, handle: handle}, nil
 }
 
 // Joined reports whether the consumer is currently a member of a group
 // generation (for /readyz).
-func (c *Consumer) Joined() bool { return c.joined.Load() }
+func (c *Consumer) Joined() bool { return c.gen.Load() != nil }
+
+// Generation is the group generation a consumer is a member of.
+type Generation struct {
+	ID int32
+	// Partitions is how many partitions of the topic it assigned to this
+	// consumer. Zero is normal when the group has more members than the
+	// topic has partitions; AssignmentOf tells that apart from a group
+	// that left partitions to nobody.
+	Partitions int
+}
+
+// Generation returns the generation the consumer is a member of, and
+// false between generations. Safe for concurrent use.
+func (c *Consumer) Generation() (Generation, bool) {
+	g := c.gen.Load()
+	if g == nil {
+		return Generation{}, false
+	}
+	return *g, true
+}
 
 // Run consumes until ctx is cancelled, then drains, commits and leaves the
 // group. It returns nil after a clean shutdown, or the error that made the
@@ -146,12 +184,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consumer group: %w", err)
 	}
+	stopWorkers := c.startWorkers()
+	defer stopWorkers() // after leave: every partition has drained
 	defer c.leave(group)
 
 	for {
 		gen, err := group.Next(ctx)
 		if err != nil {
-			c.joined.Store(false)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -185,15 +224,17 @@ func (c *Consumer) leave(group *kafka.ConsumerGroup) {
 	}
 }
 
-// runGeneration starts one goroutine per assigned partition and returns
-// once each has stopped and committed: the generation ended (a rebalance),
-// or ctx was cancelled (shutdown).
+// runGeneration runs one generation in a single function started on gen:
+// one goroutine per assigned partition, the commit loop, and after every
+// partition has drained the final commit. It returns once that commit is
+// done: the generation ended (a rebalance), or ctx was cancelled
+// (shutdown).
 //
-// On shutdown the goroutines do not return to kafka-go after draining: a
-// returning function ends the generation, which stops the heartbeat and
-// makes kafka-go rejoin the group before Run can leave it (a rebalance for
-// nothing, and partitions parked on a member that is going away). They
-// wait instead until leave closes the group.
+// On shutdown the function does not return to kafka-go after the final
+// commit: a returning function ends the generation, which stops the
+// heartbeat and makes kafka-go rejoin the group before Run can leave it (a
+// rebalance for nothing, and partitions parked on a member that is going
+// away). It waits instead until leave closes the group.
 func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
 	assigned := gen.Assignments[c.cfg.Topic]
 	parts := make([]string, 0, len(assigned))
@@ -202,44 +243,65 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
 	}
 	c.cfg.Logger.Info("partitions assigned", "group", c.cfg.GroupID, "generation", gen.ID,
 		"topic", c.cfg.Topic, "partitions", parts)
-	c.joined.Store(true)
+	c.gen.Store(&Generation{ID: gen.ID, Partitions: len(assigned)})
 
-	var drained sync.WaitGroup
-	if len(assigned) == 0 {
-		// More members than partitions: stay a member, idle, until the
-		// generation or the consumer ends.
-		drained.Add(1)
-		gen.Start(func(genCtx context.Context) {
-			select {
-			case <-genCtx.Done():
-				drained.Done()
-			case <-ctx.Done():
-				drained.Done()
-				<-genCtx.Done()
-			}
-		})
-	}
-	for _, a := range assigned {
-		drained.Add(1)
-		gen.Start(func(genCtx context.Context) {
-			stop, cancel := context.WithCancel(ctx)
-			go func() {
-				select {
-				case <-genCtx.Done():
-					cancel()
-				case <-stop.Done():
-				}
-			}()
-			c.consumePartition(stop, gen, a.ID, a.Offset)
-			cancel()
-			drained.Done()
-			if ctx.Err() != nil {
-				<-genCtx.Done() // released by leave
-			}
-		})
-	}
-	drained.Wait()
-	c.joined.Store(false)
+	finished := make(chan struct{})
+	gen.Start(func(genCtx context.Context) {
+		stop, cancel := context.WithCancel(ctx)
+		defer cancel()
+		context.AfterFunc(genCtx, cancel)
+		cm := newCommitter(c.commitGeneration(gen), c.cfg.OnCommit, c.cfg.Logger.With("group", c.cfg.GroupID))
+		drained := make(chan struct{})
+		go func() {
+			defer close(drained)
+			c.consumePartitions(stop, cancel, cm, assigned)
+		}()
+		c.commitLoop(cm, drained)
+		cm.flush() // everything that finished, before the generation is released
+		close(finished)
+		if ctx.Err() != nil {
+			<-genCtx.Done() // released by leave
+		}
+	})
+	<-finished
+	c.gen.Store(nil)
 	c.cfg.Logger.Info("partitions revoked", "group", c.cfg.GroupID, "generation", gen.ID,
 		"topic", c.cfg.Topic, "partitions", parts, "shutdown", ctx.Err() != nil)
+}
+
+// consumePartitions consumes each assigned partition in its own goroutine
+// until stop ends and returns when all have drained. A partition that
+// cannot be read ends the generation for all (cancel), so that kafka-go
+// rejoins the group. With no partition (more members than partitions) it
+// stays an idle member until stop ends.
+func (c *Consumer) consumePartitions(stop context.Context, cancel context.CancelFunc, cm *committer, assigned []kafka.PartitionAssignment) {
+	var wg sync.WaitGroup
+	for _, a := range assigned {
+		wg.Go(func() {
+			if !c.consumePartition(stop, cm, a.ID, a.Offset) {
+				cancel()
+			}
+		})
+	}
+	<-stop.Done()
+	wg.Wait()
+}
+
+// commitLoop flushes cm every CommitInterval until drained is closed. With
+// CommitInterval 0 the partitions flush after each message themselves.
+func (c *Consumer) commitLoop(cm *committer, drained <-chan struct{}) {
+	if c.cfg.CommitInterval <= 0 {
+		<-drained
+		return
+	}
+	t := time.NewTicker(c.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			cm.flush()
+		case <-drained:
+			return
+		}
+	}
 }

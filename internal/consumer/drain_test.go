@@ -174,13 +174,32 @@ func TestRebalanceDrainsInFlightMessage(t *testing.T) {
 // a configuration instead of letting the drain be wasted.
 func TestDrainLongerThanSessionTimeoutIsRejected(t *testing.T) {
 	cfg := Config{Brokers: []string{"127.0.0.1:1"}, Topic: "t", GroupID: "g", Logger: testLogger(t).Logger,
-		SessionTimeout: 6 * time.Second, RebalanceTimeout: 20 * time.Second, DrainTimeout: 15 * time.Second}
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 20 * time.Second, DrainTimeout: 15 * time.Second,
+		HeartbeatInterval: time.Second}
 	if _, err := New(cfg, func(context.Context, kafka.Message) error { return nil }); err == nil {
 		t.Fatal("New accepted a drain timeout longer than the session timeout")
 	}
 	cfg.DrainTimeout = 5 * time.Second
 	if _, err := New(cfg, func(context.Context, kafka.Message) error { return nil }); err != nil {
 		t.Fatalf("New rejected a drain within the session timeout: %v", err)
+	}
+}
+
+// TestHeartbeatOfAThirdOfTheSessionIsRejected: one late heartbeat must not
+// cost the membership, so New wants at least three per session; kafka-go's
+// default (3s) is too slow for a 6s session.
+func TestHeartbeatOfAThirdOfTheSessionIsRejected(t *testing.T) {
+	cfg := Config{Brokers: []string{"127.0.0.1:1"}, Topic: "t", GroupID: "g", Logger: testLogger(t).Logger,
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 12 * time.Second, DrainTimeout: 3 * time.Second}
+	for _, hb := range []time.Duration{0, 2 * time.Second, -time.Second} {
+		cfg.HeartbeatInterval = hb
+		if _, err := New(cfg, func(context.Context, kafka.Message) error { return nil }); err == nil {
+			t.Errorf("New accepted heartbeat interval %v with a 6s session", hb)
+		}
+	}
+	cfg.HeartbeatInterval = 1999 * time.Millisecond
+	if _, err := New(cfg, func(context.Context, kafka.Message) error { return nil }); err != nil {
+		t.Errorf("New rejected heartbeat interval 1.999s with a 6s session: %v", err)
 	}
 }
 

@@ -104,6 +104,8 @@ func equalLags(got, want map[int]PartitionLag) bool {
 }
 
 // TestWatchLag: WatchLag reports repeatedly and returns when ctx ends.
+// Each query is bounded by the interval, so the interval leaves a loaded
+// broker time to answer (at 50ms, OffsetFetch timed out under load).
 func TestWatchLag(t *testing.T) {
 	env := newKafkaEnv(t, 3)
 	env.produce(t, map[int]int{2: 4})
@@ -113,7 +115,7 @@ func TestWatchLag(t *testing.T) {
 	returned := make(chan struct{})
 	go func() {
 		defer close(returned)
-		WatchLag(ctx, env.client, env.topic, env.group, 50*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)),
+		WatchLag(ctx, env.client, env.topic, env.group, 500*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)),
 			func(l []PartitionLag, err error) {
 				if err != nil {
 					t.Errorf("lag query: %v", err)

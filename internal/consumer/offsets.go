@@ -19,7 +19,8 @@ type offsets struct {
 	// past the highest fetched when everything fetched is done. -1 until
 	// the first message completes.
 	next int64
-	// committed is the last offset handed to a successful commit.
+	// committed is the last offset handed to the committer, which commits
+	// it with the other partitions' offsets.
 	committed int64
 }
 
@@ -40,16 +41,17 @@ func (o *offsets) fetched(offset int64, at Timing) {
 	o.pending = append(o.pending, pendingMsg{offset: offset, timing: at})
 }
 
-// done marks offset complete and returns the timings of the messages that
-// thereby joined the committable prefix (for the fetch-to-commit and
-// event-age histograms; observed when the commit succeeds).
-func (o *offsets) done(offset int64) []Timing {
+// done marks offset complete and appends to into the timings of the
+// messages that thereby joined the committable prefix (for the
+// fetch-to-commit and event-age histograms; observed when the commit
+// succeeds).
+func (o *offsets) done(offset int64, into []Timing) []Timing {
 	if i, found := slices.BinarySearchFunc(o.pending, offset, func(p pendingMsg, off int64) int {
 		return cmp.Compare(p.offset, off)
 	}); found {
 		o.pending[i].done = true
 	}
-	var advanced []Timing
+	advanced := into
 	i := 0
 	for ; i < len(o.pending) && o.pending[i].done; i++ {
 		advanced = append(advanced, o.pending[i].timing)

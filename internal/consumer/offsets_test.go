@@ -131,7 +131,7 @@ func TestOffsets(t *testing.T) {
 						o.fetched(f, Timing{Fetched: fetchTime(f)})
 					}
 				case step.done != nil:
-					advanced = offsetsOf(o.done(*step.done))
+					advanced = offsetsOf(o.done(*step.done, nil))
 				case step.committed != nil:
 					o.committed = *step.committed
 				}
@@ -171,7 +171,7 @@ func TestOffsetsRandomCompletion(t *testing.T) {
 		isDone := map[int64]bool{}
 		var handedOut []int64
 		for _, i := range rng.Perm(len(fetched)) {
-			handedOut = append(handedOut, offsetsOf(o.done(fetched[i]))...)
+			handedOut = append(handedOut, offsetsOf(o.done(fetched[i], nil))...)
 			isDone[fetched[i]] = true
 
 			want := int64(-1)

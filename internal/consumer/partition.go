@@ -10,27 +10,23 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
-// completion is a handler's verdict on one message.
-type completion struct {
-	msg kafka.Message
-	err error
-}
-
 // consumePartition reads one partition from offset until stop ends and
-// hands each message to the handler: messages with the same key one at a
-// time in offset order, messages with different keys concurrently (bounded
-// by the consumer-wide Concurrency). It commits the contiguous finished
-// prefix through gen, on CommitInterval and once more at the end.
+// hands each message to the consumer's workers: messages with the same key
+// one at a time in offset order, messages with different keys concurrently
+// (bounded by the Concurrency workers shared by all partitions). It reports
+// the contiguous finished prefix to cm (which commits it), and returns once
+// every message it handed out has completed. It reports false when the
+// partition could not be read at all.
 //
 // Only this goroutine touches the partition's state (offsets, key queues);
-// handlers report back on a channel.
-func (c *Consumer) consumePartition(stop context.Context, gen *kafka.Generation, partition int, offset int64) {
+// workers report back on a channel.
+func (c *Consumer) consumePartition(stop context.Context, cm *committer, partition int, offset int64) bool {
 	log := c.cfg.Logger.With("topic", c.cfg.Topic, "partition", partition)
 	r, err := kafkagroup.OpenPartition(kafkagroup.ReaderConfig{Brokers: c.cfg.Brokers, Topic: c.cfg.Topic,
 		Partition: partition, Dialer: c.cfg.Dialer, MaxBytes: c.cfg.MaxBytes, Logger: log}, offset)
 	if err != nil {
 		log.Error("set start offset", "offset", offset, "err", err)
-		return
+		return false
 	}
 	defer r.Close()
 
@@ -39,83 +35,78 @@ func (c *Consumer) consumePartition(stop context.Context, gen *kafka.Generation,
 	// shutdown instead of being abandoned half-way.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(stop))
 	defer cancelWork()
-	go func() {
-		<-stop.Done()
-		select {
-		case <-time.After(c.cfg.DrainTimeout):
-			cancelWork()
-		case <-work.Done():
-		}
-	}()
+	stopDrainTimer := context.AfterFunc(stop, func() {
+		t := time.AfterFunc(c.cfg.DrainTimeout, cancelWork)
+		context.AfterFunc(work, func() { t.Stop() })
+	})
+	defer stopDrainTimer()
 
-	p := &partitionState{
-		c: c, gen: gen, partition: partition, log: log, stop: stop, work: work,
-		offs: newOffsets(),
-		keys: map[string][]kafka.Message{},
-		done: make(chan completion, c.cfg.PartitionWindow),
-	}
+	p := newPartitionState(c, cm, partition, log, stop, work)
 	fetched, stopFetch := p.fetch(r)
 	defer stopFetch() // before the reader closes
 
-	var tick <-chan time.Time
-	if c.cfg.CommitInterval > 0 {
-		t := time.NewTicker(c.cfg.CommitInterval)
-		defer t.Stop()
-		tick = t.C
-	}
-	for p.run(fetched, tick) {
+	for p.run(fetched) {
 	}
 	// Revoked or shutting down: start nothing new, let what runs finish
-	// (DrainTimeout bounds it through work), commit what finished.
+	// (DrainTimeout bounds it through work), hand over what finished.
 	stopFetch()
 	for p.running > 0 {
 		p.complete(<-p.done)
 	}
-	p.commit()
+	return true
 }
 
 // partitionState is the bookkeeping of one partition's consumption.
 type partitionState struct {
 	c         *Consumer
-	gen       *kafka.Generation
+	cm        *committer
 	partition int
 	log       *slog.Logger
 	stop      context.Context
 	work      context.Context
 
-	offs        *offsets
-	uncommitted []Timing // of the messages done since the last commit
+	offs     *offsets
+	advanced []Timing // scratch: the timings offs.done returned last
 	// keys holds, for each key with a message running, the messages of
 	// that key waiting behind it, in offset order.
 	keys map[string][]kafka.Message
-	// ready holds messages free to start, in offset order, waiting for a
-	// Concurrency slot: with one slot, a partition runs strictly in order.
+	// ready holds messages free to start, in offset order, waiting for an
+	// idle worker: with one worker, a partition runs strictly in order.
 	ready   []kafka.Message
-	running int // handlers started and not yet completed
-	done    chan completion
+	running int // messages handed to workers and not yet completed
+	// done receives the workers' verdicts; it holds a full window, so a
+	// worker never waits to report.
+	done chan completion
+}
+
+func newPartitionState(c *Consumer, cm *committer, partition int, log *slog.Logger, stop, work context.Context) *partitionState {
+	return &partitionState{
+		c: c, cm: cm, partition: partition, log: log, stop: stop, work: work,
+		offs: newOffsets(),
+		keys: map[string][]kafka.Message{},
+		done: make(chan completion, c.cfg.PartitionWindow),
+	}
 }
 
 // run handles one event of the partition loop and reports whether the
 // loop goes on.
-func (p *partitionState) run(fetched <-chan kafka.Message, tick <-chan time.Time) bool {
+func (p *partitionState) run(fetched <-chan kafka.Message) bool {
 	// A full window stops reading: memory stays bounded, and Kafka keeps
 	// what has not been fetched.
 	if p.offs.window() >= p.c.cfg.PartitionWindow {
 		fetched = nil
 	}
-	var slot chan<- struct{}
+	var jobs chan<- job
+	var next job
 	if len(p.ready) > 0 {
-		slot = p.c.slots
+		jobs, next = p.c.jobs, job{p: p, msg: p.ready[0]}
 	}
 	select {
-	case slot <- struct{}{}:
-		msg := p.ready[0]
+	case jobs <- next:
 		p.ready = p.ready[1:]
-		p.start(msg)
+		p.running++
 	case <-p.stop.Done():
 		return false
-	case <-tick:
-		p.commit()
 	case c := <-p.done:
 		p.complete(c)
 	case msg, ok := <-fetched:
@@ -145,17 +136,7 @@ func orderKey(msg kafka.Message) (string, bool) {
 	return string(msg.Key), len(msg.Key) > 0
 }
 
-// start runs msg's handler in a goroutine holding the slot taken for it.
-func (p *partitionState) start(msg kafka.Message) {
-	p.running++
-	go func() {
-		err := p.c.handleInPlace(p.stop, p.work, msg, p.log)
-		p.c.release()
-		p.done <- completion{msg: msg, err: err}
-	}()
-}
-
-// complete records a handler's verdict and starts the next message of the
+// complete records a worker's verdict and frees the next message of the
 // same key. An error means the message was abandoned (the partition is
 // stopping): it stays uncommitted, and so does everything after it.
 func (p *partitionState) complete(c completion) {
@@ -163,9 +144,13 @@ func (p *partitionState) complete(c completion) {
 	if c.err != nil {
 		p.log.Info("message abandoned, it will be redelivered", "offset", c.msg.Offset, "err", c.err)
 	} else {
-		p.uncommitted = append(p.uncommitted, p.offs.done(c.msg.Offset)...)
-		if p.c.cfg.CommitInterval == 0 {
-			p.commit()
+		p.advanced = p.offs.done(c.msg.Offset, p.advanced[:0])
+		if next, ahead := p.offs.committable(); ahead {
+			p.cm.advance(p.partition, next, p.advanced)
+			p.offs.committed = next
+			if p.c.cfg.CommitInterval == 0 {
+				p.cm.flush()
+			}
 		}
 	}
 	k, ordered := orderKey(c.msg)
@@ -179,22 +164,6 @@ func (p *partitionState) complete(c completion) {
 	}
 	p.keys[k] = waiting[1:]
 	p.ready = append(p.ready, waiting[0])
-}
-
-func (p *partitionState) commit() {
-	next, ahead := p.offs.committable()
-	if !ahead {
-		return
-	}
-	if err := p.c.commit(p.gen, p.partition, next); err != nil {
-		p.log.Warn("offset commit failed; the messages will be redelivered if it never succeeds", "offset", next, "err", err)
-		return
-	}
-	p.offs.committed = next
-	if p.c.cfg.OnCommit != nil {
-		p.c.cfg.OnCommit(p.partition, next, p.uncommitted)
-	}
-	p.uncommitted = nil
 }
 
 // fetch reads the partition in its own goroutine, so that completions and
@@ -229,36 +198,4 @@ func (p *partitionState) fetch(r *kafka.Reader) (<-chan kafka.Message, func()) {
 		}
 	}()
 	return fetched, func() { cancel(); <-finished }
-}
-
-// handleInPlace runs the handler, holding a Concurrency slot, until it
-// succeeds or stop ends, and returns with the slot held. The handler fails
-// only when its context ends; should it fail earlier, the same message is
-// retried here after a pause (without its slot) rather than by ending the
-// generation, which would rebalance the whole group for one message.
-func (c *Consumer) handleInPlace(stop, work context.Context, msg kafka.Message, log *slog.Logger) error {
-	for {
-		err := c.handle(work, msg)
-		if err == nil || stop.Err() != nil || work.Err() != nil {
-			return err
-		}
-		log.Error("handler failed, retrying the message in place", "offset", msg.Offset, "err", err)
-		c.release()
-		select {
-		case <-stop.Done():
-		case <-time.After(time.Second):
-		}
-		c.slots <- struct{}{} // held again on return, as the caller expects
-		if stop.Err() != nil {
-			return err
-		}
-	}
-}
-
-func (c *Consumer) release() { <-c.slots }
-
-// commit commits next (the offset of the next message to consume) for
-// partition, bounded by CommitTimeout.
-func (c *Consumer) commit(gen *kafka.Generation, partition int, next int64) error {
-	return kafkagroup.Commit(gen, c.cfg.Topic, partition, next, c.cfg.CommitTimeout)
 }

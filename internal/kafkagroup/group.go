@@ -25,7 +25,12 @@ type GroupConfig struct {
 	Brokers []string
 	Topic   string
 	Dialer  *kafka.Dialer // nil: kafka.DefaultDialer
-	// Zero timings are kafka-go's defaults (30s, 30s, 3s).
+	// Zero timings are kafka-go's defaults (30s, 30s, 3s). kafka-go sends
+	// no heartbeat while a generation drains or while it waits in
+	// JoinGroup, gives a JoinGroup 5s plus RebalanceTimeout before it
+	// gives up, and then rejoins under a new member id (another
+	// rebalance); docs/operations.md compares this with Apache Kafka and
+	// kfake.
 	SessionTimeout, RebalanceTimeout, HeartbeatInterval time.Duration
 	// Logger receives kafka-go's group errors, as warnings.
 	Logger *slog.Logger
@@ -67,13 +72,15 @@ func Leave(group *kafka.ConsumerGroup, timeout time.Duration) bool {
 	}
 }
 
-// Commit commits next, the offset of the next record to consume, for one
-// partition of topic in gen, waiting at most timeout. After a timeout the
-// commit may still land; committing the same or a later offset again is
-// harmless.
-func Commit(gen *kafka.Generation, topic string, partition int, next int64, timeout time.Duration) error {
+// Commit commits offsets (partition: the offset of the next record to
+// consume) of topic in gen, in one request for every partition, waiting at
+// most timeout. After a timeout the commit may still land; committing the
+// same or a later offset again is harmless. Callers that commit from
+// several goroutines must serialize their calls, or an older offset may
+// land after a newer one.
+func Commit(gen *kafka.Generation, topic string, offsets map[int]int64, timeout time.Duration) error {
 	done := make(chan error, 1)
-	go func() { done <- gen.CommitOffsets(map[string]map[int]int64{topic: {partition: next}}) }()
+	go func() { done <- gen.CommitOffsets(map[string]map[int]int64{topic: offsets}) }()
 	select {
 	case err := <-done:
 		return err

@@ -13,9 +13,8 @@ import (
 // (the offset the next record will get).
 type Bounds struct{ First, End int64 }
 
-// LogBounds asks the brokers for the earliest and log-end offsets of every
-// partition of topic.
-func LogBounds(ctx context.Context, client *kafka.Client, topic string) (map[int]Bounds, error) {
+// Partitions asks the brokers for the partition ids of topic.
+func Partitions(ctx context.Context, client *kafka.Client, topic string) ([]int, error) {
 	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
@@ -27,10 +26,24 @@ func LogBounds(ctx context.Context, client *kafka.Client, topic string) (map[int
 		}
 		return nil, fmt.Errorf("metadata of %s: %w", topic, terr)
 	}
-	var firsts, ends []kafka.OffsetRequest
+	ids := make([]int, 0, len(meta.Topics[0].Partitions))
 	for _, p := range meta.Topics[0].Partitions {
-		firsts = append(firsts, kafka.FirstOffsetOf(p.ID))
-		ends = append(ends, kafka.LastOffsetOf(p.ID))
+		ids = append(ids, p.ID)
+	}
+	return ids, nil
+}
+
+// LogBounds asks the brokers for the earliest and log-end offsets of every
+// partition of topic.
+func LogBounds(ctx context.Context, client *kafka.Client, topic string) (map[int]Bounds, error) {
+	ids, err := Partitions(ctx, client, topic)
+	if err != nil {
+		return nil, err
+	}
+	var firsts, ends []kafka.OffsetRequest
+	for _, id := range ids {
+		firsts = append(firsts, kafka.FirstOffsetOf(id))
+		ends = append(ends, kafka.LastOffsetOf(id))
 	}
 	out := make(map[int]Bounds, len(firsts))
 	list := func(q []kafka.OffsetRequest, set func(*Bounds, kafka.PartitionOffsets)) error {

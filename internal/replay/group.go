@@ -103,7 +103,7 @@ func (run *replayRun) generation(ctx context.Context, gen *kafka.Generation) err
 	run.log.Info("replay partitions assigned", "generation", gen.ID, "partitions", ids)
 	for _, a := range assigned {
 		commit := func(next int64) error {
-			err := kafkagroup.Commit(gen, topic, a.ID, next, commitTimeout)
+			err := kafkagroup.Commit(gen, topic, map[int]int64{a.ID: next}, commitTimeout)
 			if kafkagroup.Rebalanced(err) {
 				return fmt.Errorf("%w: %w", errRebalanced, err)
 			}
