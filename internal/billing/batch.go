@@ -29,14 +29,14 @@ import (
 // takes up to MaxBatch of them. Under load (see gather) a batch waits up
 // to Linger to fill; an idle service bills every event at once, alone.
 type Batcher struct {
-	svc      *Service
-	cfg      BatcherConfig
-	queue    chan request
-	slots    chan struct{}
-	charges  *workers
-	wg       sync.WaitGroup
-	stop     chan struct{}
-	stopOnce sync.Once
+	svc       *Service
+	cfg       BatcherConfig
+	queue     chan request
+	slots     chan struct{}
+	charges   *workers
+	wg        sync.WaitGroup
+	stop      chan struct{}
+	closeOnce sync.Once
 	// lastArrival is when the loop last took an event from the queue;
 	// only the loop uses it.
 	lastArrival time.Time
@@ -109,11 +109,15 @@ func (b *Batcher) Process(ctx context.Context, ev events.OrderConfirmed) (Result
 	return resp.res, resp.err
 }
 
-// Close stops accepting events and waits for the running batches.
+// Close stops accepting events, waits for the running batches and stops
+// the charge workers. It may be called again: a later call returns once
+// the first has finished.
 func (b *Batcher) Close() {
-	b.stopOnce.Do(func() { close(b.stop) })
-	b.wg.Wait()
-	b.charges.close()
+	b.closeOnce.Do(func() {
+		close(b.stop)
+		b.wg.Wait()
+		b.charges.close()
+	})
 }
 
 func (b *Batcher) loop() {
