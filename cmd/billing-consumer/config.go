@@ -36,7 +36,7 @@ type config struct {
 	DatabaseURL     string        `split_words:"true" secret:"true" desc:"pgx connection string, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full (required; or BILLING_DATABASE_URL_FILE)"`
 	DatabaseURLFile string        `split_words:"true" desc:"file holding BILLING_DATABASE_URL (a mounted secret)"`
 	DBMaxConns      int32         `split_words:"true" default:"0" desc:"Postgres pool size; each in-flight transaction (one event, or a batch) holds a connection during its charges. 0: min(BILLING_CONCURRENCY, 28)+4, or BILLING_CONCURRENCY+4 without batching"`
-	BatchSize       int           `split_words:"true" default:"32" desc:"most events billed in one transaction (one commit, charges in parallel); events arriving together are batched while the connections are busy. 1 is one transaction per event"`
+	BatchSize       int           `split_words:"true" default:"128" desc:"most events billed in one transaction (one commit, charges in parallel); events arriving together are batched while the connections are busy. 1 is one transaction per event"`
 	BatchLinger     time.Duration `split_words:"true" default:"2ms" desc:"under load (a batch in flight, or the last event less than this ago) how long a batch may wait to fill before it is billed (fewer commits per event); an idle service bills at once, and with BILLING_CONCURRENCY=1 nothing waits. 0: never wait"`
 
 	PaymentURL       string        `split_words:"true" desc:"base URL of the payment provider; charges go to {url}/payments/charge (required by run)"`
@@ -44,7 +44,7 @@ type config struct {
 	PaymentTokenFile string        `split_words:"true" desc:"file holding BILLING_PAYMENT_TOKEN (a mounted secret)"`
 	PaymentTimeout   time.Duration `split_words:"true" default:"10s" desc:"timeout of one payment request, body included"`
 
-	Concurrency            int           `split_words:"true" default:"256" desc:"events processed at once by this instance, across partitions; events with the same record key always run one at a time, in order. 1 with BILLING_KAFKA_COMMIT_INTERVAL=0 is the sequential mode"`
+	Concurrency            int           `split_words:"true" default:"1024" desc:"events processed at once by this instance, across partitions; events with the same record key always run one at a time, in order. 1 with BILLING_KAFKA_COMMIT_INTERVAL=0 is the sequential mode"`
 	PartitionWindow        int           `split_words:"true" default:"1024" desc:"records of one partition fetched but not yet committable; a full window pauses fetching (bounds memory)"`
 	KafkaCommitInterval    time.Duration `split_words:"true" default:"1s" desc:"commit offsets (the finished prefix of each partition) on this interval, and on revoke and shutdown; 0 commits after every event"`
 	KafkaSessionTimeout    time.Duration `split_words:"true" default:"6s" desc:"consumer group session timeout: a crashed replica's partitions stand still this long (plus about a second) before the group hands them to another; every rebalance pauses all replicas (kafka-go's eager protocol). Shorter recovers faster but must outlast a drain (no heartbeat while draining) and a stalled process; brokers refuse less than group.min.session.timeout.ms (6s by default)"`
