@@ -61,3 +61,35 @@ func TestFailedHandlerRetriesInPlaceWithoutHoldingAWorker(t *testing.T) {
 		t.Errorf("attempts %v, want a twice and b once", attempts)
 	}
 }
+
+// TestRetryPauseEndsWhenThePartitionStops: a message waiting out its retry
+// pause when its partition stops is abandoned at once, as an in-flight
+// handler would be, instead of holding the drain (and with it the
+// rebalance or shutdown) until the pause is over: with a DrainTimeout
+// shorter than the pause it would otherwise outlast the drain.
+func TestRetryPauseEndsWhenThePartitionStops(t *testing.T) {
+	logs := testLogger(t)
+	c := &Consumer{cfg: Config{Concurrency: 1, PartitionWindow: 4, Logger: logs.Logger},
+		handle: func(context.Context, kafka.Message) error {
+			return errors.New("transient, before the partition stopped")
+		}}
+	stopWorkers := c.startWorkers()
+	defer stopWorkers()
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := newPartitionState(c, nil, 0, logs.Logger, stop, context.WithoutCancel(stop))
+	c.jobs <- job{p: p, msg: kafka.Message{Offset: 7}}
+	poll.Until(t, retryPause/2, "the handler to fail and its retry to be scheduled", func() bool {
+		return logs.count("retrying the message in place") > 0
+	})
+	cancel()
+	select {
+	case got := <-p.done:
+		if got.err == nil || got.msg.Offset != 7 {
+			t.Errorf("verdict %+v, want offset 7 abandoned with an error", got)
+		}
+	case <-time.After(retryPause / 2):
+		<-p.done // before stopWorkers closes the jobs channel the pause sends on
+		t.Fatalf("the message still waited out its %v retry pause %v after its partition stopped", retryPause, retryPause/2)
+	}
+}
