@@ -55,7 +55,8 @@ func (c *Consumer) startWorkers() (stopWorkers func()) {
 // tried again after retryPause, on whichever worker is idle then, rather
 // than by ending the generation, which would rebalance the whole group
 // for one message. During the pause the message holds no worker (it
-// counts as running for its partition, which keeps the same key waiting).
+// counts as running for its partition, which keeps the same key waiting);
+// a stop during the pause abandons it at once.
 func (c *Consumer) runJob(j job) {
 	p := j.p
 	if p.stop.Err() != nil {
@@ -68,13 +69,24 @@ func (c *Consumer) runJob(j job) {
 		return
 	}
 	p.log.Error("handler failed, retrying the message in place", "offset", j.msg.Offset, "err", err)
-	time.AfterFunc(retryPause, func() {
-		// The partition's drain waits for this verdict, so c.jobs is
-		// still open: stopWorkers runs only after every partition drained.
-		select {
-		case c.jobs <- j:
-		case <-p.stop.Done():
-			p.done <- completion{msg: j.msg, err: err}
+	go func() {
+		// The partition's drain waits for this verdict, so c.jobs is still
+		// open: stopWorkers runs only after every partition drained. A stop
+		// during the pause abandons the message at once, so the pause never
+		// holds up a drain (it may be longer than DrainTimeout).
+		pause := time.NewTimer(retryPause)
+		defer pause.Stop()
+		var jobs chan<- job // nil, so never ready, until the pause is over
+		for {
+			select {
+			case <-pause.C:
+				jobs = c.jobs
+			case jobs <- j:
+				return
+			case <-p.stop.Done():
+				p.done <- completion{msg: j.msg, err: err}
+				return
+			}
 		}
-	})
+	}()
 }
