@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/internal/harness"
+	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
 	"github.com/billing-consumer/billing-consumer/internal/paysim"
 )
 
@@ -21,8 +22,9 @@ func TestCrashTest(t *testing.T) {
 	}
 	w := newWorld(t, 3, paysim.Faults{})
 	// Enough orders that the default parallel mode is still mid-stream
-	// after the last kill.
-	const orders = 20000
+	// after the last kill (20,000 were drained before it once the hot path
+	// got faster).
+	const orders = 40000
 	first := time.Now().UnixMilli() * 10
 	plan := mustPlan(t, harness.Spec{
 		Orders: orders, FirstOrderID: first, DuplicateRate: 0.1, CrossPartitionRate: 0.3,
@@ -74,7 +76,16 @@ func TestCrashTest(t *testing.T) {
 		t.Fatalf("kills hit %d in-flight charges and %d commit windows; want at least one of each", inFlightKills, windowKills)
 	}
 
-	p := w.start(t, env, "run")
+	// A graceful stop is only graceful once the consumer is up: a SIGTERM
+	// during startup exits 1 by design ("stopped before ready"), and a
+	// backlog drained before the last kill leaves nothing to wait for here.
+	addr := kafkatest.FreePort(t)
+	p := w.start(t, append(env, "BILLING_HTTP_ADDR="+addr), "run")
+	readyCtx, cancelReady := context.WithTimeout(ctx, time.Minute)
+	defer cancelReady()
+	if err := p.WaitReady(readyCtx, addr); err != nil {
+		t.Fatalf("last start: %v", err)
+	}
 	w.waitDrained(t, p, 3*time.Minute)
 	w.waitSettled(t, p)
 	if err := p.Stop(30 * time.Second); err != nil {
