@@ -50,6 +50,17 @@ func unsetenv(t *testing.T, k string) {
 	}
 }
 
+// runTimings are the group and shutdown timings of the tests that start
+// `run` against a real broker: short enough for a rebalance or a stop to
+// take seconds, with the drain below the session and rebalance timeouts as
+// consumer.New requires.
+var runTimings = map[string]string{
+	"BILLING_KAFKA_SESSION_TIMEOUT":   "6s",
+	"BILLING_KAFKA_REBALANCE_TIMEOUT": "10s",
+	"BILLING_DRAIN_TIMEOUT":           "2s",
+	"BILLING_SHUTDOWN_TIMEOUT":        "20s",
+}
+
 // setEnv starts from a clean environment and sets the maps' variables, later
 // maps overriding earlier ones; the value unset removes a variable.
 func setEnv(t *testing.T, envs ...map[string]string) {

@@ -378,17 +378,13 @@ func TestRunOverTLSAndSASL(t *testing.T) {
 	prov := &provider{}
 	srv := httptest.NewServer(prov)
 	t.Cleanup(srv.Close)
-	setEnv(t, secureEnv(ca, brokers, saslPassword), map[string]string{
-		"BILLING_DATABASE_URL":            dbURL,
-		"BILLING_KAFKA_TOPIC":             topic,
-		"BILLING_KAFKA_DLQ_TOPIC":         dlqTopic,
-		"BILLING_PAYMENT_URL":             srv.URL,
-		"BILLING_HTTP_ADDR":               "127.0.0.1:0",
-		"BILLING_KAFKA_SESSION_TIMEOUT":   "6s",
-		"BILLING_KAFKA_REBALANCE_TIMEOUT": "10s",
-		"BILLING_DRAIN_TIMEOUT":           "2s",
-		"BILLING_SHUTDOWN_TIMEOUT":        "20s",
-		"BILLING_KAFKA_LAG_INTERVAL":      "1s",
+	setEnv(t, secureEnv(ca, brokers, saslPassword), runTimings, map[string]string{
+		"BILLING_DATABASE_URL":       dbURL,
+		"BILLING_KAFKA_TOPIC":        topic,
+		"BILLING_KAFKA_DLQ_TOPIC":    dlqTopic,
+		"BILLING_PAYMENT_URL":        srv.URL,
+		"BILLING_HTTP_ADDR":          "127.0.0.1:0",
+		"BILLING_KAFKA_LAG_INTERVAL": "1s",
 	})
 	if _, err := runCmd(t, "migrate"); err != nil {
 		t.Fatalf("migrate: %v", err)

@@ -74,22 +74,18 @@ func TestRunEndToEnd(t *testing.T) {
 	srv := httptest.NewServer(prov)
 	t.Cleanup(srv.Close)
 
-	setEnv(t, map[string]string{
-		"BILLING_DATABASE_URL":            dbURL,
-		"BILLING_KAFKA_BROKERS":           strings.Join(brokers, ","),
-		"BILLING_KAFKA_TOPIC":             topic,
-		"BILLING_KAFKA_DLQ_TOPIC":         dlqTopic,
-		"BILLING_KAFKA_GROUP_ID":          group,
-		"BILLING_PAYMENT_URL":             srv.URL,
-		"BILLING_PAYMENT_TOKEN":           "tok-S3cr3t",
-		"BILLING_HTTP_ADDR":               "127.0.0.1:0",
-		"BILLING_KAFKA_SESSION_TIMEOUT":   "6s",
-		"BILLING_KAFKA_REBALANCE_TIMEOUT": "10s",
-		"BILLING_DRAIN_TIMEOUT":           "2s",
-		"BILLING_SHUTDOWN_TIMEOUT":        "20s",
-		"BILLING_KAFKA_LAG_INTERVAL":      "1s",
-		"BILLING_RETRY_BACKOFF":           "10ms",
-		"BILLING_RETRY_BACKOFF_MAX":       "50ms",
+	setEnv(t, runTimings, map[string]string{
+		"BILLING_DATABASE_URL":       dbURL,
+		"BILLING_KAFKA_BROKERS":      strings.Join(brokers, ","),
+		"BILLING_KAFKA_TOPIC":        topic,
+		"BILLING_KAFKA_DLQ_TOPIC":    dlqTopic,
+		"BILLING_KAFKA_GROUP_ID":     group,
+		"BILLING_PAYMENT_URL":        srv.URL,
+		"BILLING_PAYMENT_TOKEN":      "tok-S3cr3t",
+		"BILLING_HTTP_ADDR":          "127.0.0.1:0",
+		"BILLING_KAFKA_LAG_INTERVAL": "1s",
+		"BILLING_RETRY_BACKOFF":      "10ms",
+		"BILLING_RETRY_BACKOFF_MAX":  "50ms",
 	})
 	if _, err := runCmd(t, "migrate"); err != nil {
 		t.Fatalf("migrate: %v", err)

@@ -23,20 +23,16 @@ func TestStartupWaitsUnready(t *testing.T) {
 	kafkatest.CreateTopic(t, brokers, topic+".dlq", 1)
 	addr := kafkatest.FreePort(t)
 	env := map[string]string{
-		"BILLING_DATABASE_URL":            "postgres://u:p@127.0.0.1:1/x",
-		"BILLING_KAFKA_BROKERS":           strings.Join(brokers, ","),
-		"BILLING_KAFKA_TOPIC":             topic,
-		"BILLING_KAFKA_DLQ_TOPIC":         topic + ".dlq",
-		"BILLING_KAFKA_GROUP_ID":          kafkatest.UniqueName("billing-startup-group"),
-		"BILLING_PAYMENT_URL":             "http://127.0.0.1:1",
-		"BILLING_HTTP_ADDR":               addr,
-		"BILLING_KAFKA_SESSION_TIMEOUT":   "6s",
-		"BILLING_KAFKA_REBALANCE_TIMEOUT": "10s",
-		"BILLING_DRAIN_TIMEOUT":           "2s",
-		"BILLING_SHUTDOWN_TIMEOUT":        "20s",
-		"BILLING_STARTUP_BACKOFF_MAX":     "1s",
+		"BILLING_DATABASE_URL":        "postgres://u:p@127.0.0.1:1/x",
+		"BILLING_KAFKA_BROKERS":       strings.Join(brokers, ","),
+		"BILLING_KAFKA_TOPIC":         topic,
+		"BILLING_KAFKA_DLQ_TOPIC":     topic + ".dlq",
+		"BILLING_KAFKA_GROUP_ID":      kafkatest.UniqueName("billing-startup-group"),
+		"BILLING_PAYMENT_URL":         "http://127.0.0.1:1",
+		"BILLING_HTTP_ADDR":           addr,
+		"BILLING_STARTUP_BACKOFF_MAX": "1s",
 	}
-	setEnv(t, env)
+	setEnv(t, runTimings, env)
 	p := startRun(t)
 	base := "http://" + addr
 	readyz := func(want string) func() bool {
