@@ -79,7 +79,7 @@ func (b *bench) recoveryScenario(ctx context.Context, baseline bool) (recovery, 
 
 	poll := startPoller(ctx, b.o.brokers, p.topic, p.group, partitions, b.o.poll)
 	defer poll.finish()
-	rs := &replicas{b: b, bin: bin, env: p.env, group: p.group}
+	rs := &replicas{b: b, bin: bin, env: p.env, topic: p.topic, group: p.group}
 	defer rs.killAll()
 	load := b.startLoad(ctx, p, rec.Rate)
 	if err := b.disturbances(ctx, &rec, poll, rs); err != nil {
@@ -117,6 +117,7 @@ type replicas struct {
 	b     *bench
 	bin   string
 	env   []string
+	topic string
 	group string
 	procs []*consumerProc
 }
@@ -124,7 +125,7 @@ type replicas struct {
 // settle waits until the broker describes the group as stable with
 // members assigned members.
 func (rs *replicas) settle(ctx context.Context, members int) error {
-	return waitGroup(ctx, rs.b.o.brokers, rs.group, members, recoveryStageMax)
+	return waitGroup(ctx, rs.b.o.brokers, rs.topic, rs.group, members, recoveryStageMax)
 }
 
 // start starts a replica and waits until it is ready (a group member).

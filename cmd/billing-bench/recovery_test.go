@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/consumer"
 )
 
 // progressAfter measures from the disturbance until the slowest partition
@@ -91,18 +93,18 @@ func TestGroupSettled(t *testing.T) {
 		return m
 	}
 	g := kafka.DescribeGroupsResponseGroup{GroupState: "Stable", Members: []kafka.DescribeGroupsResponseMember{member(0, 1, 2), member(3, 4, 5)}}
-	if !groupSettled(g, 2) {
+	if !groupSettled(consumer.Assignment(g, "t", []int{0, 1, 2, 3, 4, 5}), 2) {
 		t.Error("stable, two assigned members: not settled")
 	}
-	if groupSettled(g, 1) {
+	if groupSettled(consumer.Assignment(g, "t", []int{0, 1, 2, 3, 4, 5}), 1) {
 		t.Error("two members where one is expected: settled")
 	}
 	g.Members[1] = member()
-	if groupSettled(g, 2) {
+	if groupSettled(consumer.Assignment(g, "t", []int{0, 1, 2, 3, 4, 5}), 2) {
 		t.Error("a member without partitions: settled")
 	}
 	g.Members[1], g.GroupState = member(3), "CompletingRebalance"
-	if groupSettled(g, 2) {
+	if groupSettled(consumer.Assignment(g, "t", []int{0, 1, 2, 3, 4, 5}), 2) {
 		t.Error("a group still rebalancing: settled")
 	}
 }

@@ -18,8 +18,9 @@ type GroupAssignment struct {
 	// CompletingRebalance, Empty or Dead. Assignments mean something only
 	// when it is Stable.
 	State string
-	// Members is the number of members of the group.
-	Members int
+	// Members is the number of members of the group; Idle how many of
+	// them are assigned no partition of the topic.
+	Members, Idle int
 	// Unassigned are the partitions of the topic no member is assigned,
 	// in order.
 	Unassigned []int
@@ -47,23 +48,33 @@ func AssignmentOf(ctx context.Context, client *kafka.Client, topic, group string
 		}
 		return GroupAssignment{}, fmt.Errorf("describe group %s: %w", group, gerr)
 	}
-	g := res.Groups[0]
+	return Assignment(res.Groups[0], topic, ids), nil
+}
+
+// Assignment is how the group g, as DescribeGroups described it, has
+// assigned the partitions ids of topic.
+func Assignment(g kafka.DescribeGroupsResponseGroup, topic string, ids []int) GroupAssignment {
+	out := GroupAssignment{State: g.GroupState, Members: len(g.Members)}
 	taken := map[int]bool{}
 	for _, m := range g.Members {
+		n := 0
 		for _, t := range m.MemberAssignments.Topics {
 			if t.Topic == topic {
 				for _, p := range t.Partitions {
 					taken[p] = true
 				}
+				n += len(t.Partitions)
 			}
 		}
+		if n == 0 {
+			out.Idle++
+		}
 	}
-	out := GroupAssignment{State: g.GroupState, Members: len(g.Members)}
 	for _, id := range ids {
 		if !taken[id] {
 			out.Unassigned = append(out.Unassigned, id)
 		}
 	}
 	slices.Sort(out.Unassigned)
-	return out, nil
+	return out
 }
