@@ -30,41 +30,7 @@ func TestConcurrentChargesKeepTheirOwnRequestAndAnswer(t *testing.T) {
 	for _, h2 := range []bool{false, true} {
 		t.Run(map[bool]string{false: "HTTP/1.1", true: "HTTP/2"}[h2], func(t *testing.T) {
 			var bad sync.Map
-			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				body, _ := io.ReadAll(r.Body)
-				var b struct {
-					OrderID int64 `json:"order_id"`
-				}
-				_ = json.Unmarshal(body, &b)
-				want := concurrentCharge(b.OrderID)
-				for k, v := range map[string]string{
-					"Idempotency-Key": want.IdempotencyKey, "Authorization": "Bearer " + testToken,
-					"Content-Type": "application/json", "Accept": "application/json",
-					"Traceparent": concurrentTraceparent(b.OrderID),
-				} {
-					if got := r.Header.Values(k); len(got) != 1 || got[0] != v {
-						bad.Store(fmt.Sprintf("order %d: %s %q, want %q", b.OrderID, k, got, v), true)
-					}
-				}
-				if string(body) != string(want.Body()) {
-					bad.Store(fmt.Sprintf("order %d: body %q, want %q", b.OrderID, body, want.Body()), true)
-				}
-				if h2 != (r.ProtoMajor == 2) {
-					bad.Store("protocol "+r.Proto, true)
-				}
-				// Padding makes the answers long enough to fill different
-				// amounts of a pooled buffer.
-				pad := make([]byte, b.OrderID%7*1000)
-				for i := range pad {
-					pad[i] = 'x'
-				}
-				if b.OrderID%2 == 0 {
-					w.WriteHeader(http.StatusPaymentRequired)
-					fmt.Fprintf(w, `{"pad":"%s","error":{"code":"code_%d"}}`, pad, b.OrderID)
-					return
-				}
-				fmt.Fprintf(w, `{"pad":"%s","charge_id":"ch_%d"}`, pad, b.OrderID)
-			}))
+			srv := httptest.NewUnstartedServer(concurrentProvider(h2, &bad))
 			srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 			srv.EnableHTTP2 = h2
 			srv.StartTLS()
@@ -118,4 +84,45 @@ func concurrentCharge(n int64) Charge {
 // concurrentTraceparent is the trace context of order n's record.
 func concurrentTraceparent(n int64) string {
 	return fmt.Sprintf("00-%032x-%016x-01", n, n)
+}
+
+// concurrentProvider checks each request against concurrentCharge of its
+// order_id, noting every mismatch in bad, and answers odd orders 200 with
+// charge id ch_<order> and even ones 402 with error code code_<order>.
+func concurrentProvider(h2 bool, bad *sync.Map) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var b struct {
+			OrderID int64 `json:"order_id"`
+		}
+		_ = json.Unmarshal(body, &b)
+		want := concurrentCharge(b.OrderID)
+		for k, v := range map[string]string{
+			"Idempotency-Key": want.IdempotencyKey, "Authorization": "Bearer " + testToken,
+			"Content-Type": "application/json", "Accept": "application/json",
+			"Traceparent": concurrentTraceparent(b.OrderID),
+		} {
+			if got := r.Header.Values(k); len(got) != 1 || got[0] != v {
+				bad.Store(fmt.Sprintf("order %d: %s %q, want %q", b.OrderID, k, got, v), true)
+			}
+		}
+		if string(body) != string(want.Body()) {
+			bad.Store(fmt.Sprintf("order %d: body %q, want %q", b.OrderID, body, want.Body()), true)
+		}
+		if h2 != (r.ProtoMajor == 2) {
+			bad.Store("protocol "+r.Proto, true)
+		}
+		// Padding makes the answers long enough to fill different
+		// amounts of a pooled buffer.
+		pad := make([]byte, b.OrderID%7*1000)
+		for i := range pad {
+			pad[i] = 'x'
+		}
+		if b.OrderID%2 == 0 {
+			w.WriteHeader(http.StatusPaymentRequired)
+			fmt.Fprintf(w, `{"pad":"%s","error":{"code":"code_%d"}}`, pad, b.OrderID)
+			return
+		}
+		fmt.Fprintf(w, `{"pad":"%s","charge_id":"ch_%d"}`, pad, b.OrderID)
+	})
 }
