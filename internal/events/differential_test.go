@@ -28,17 +28,25 @@ var trickyRecords = func() []string {
 	}
 	return []string{
 		valid(""),
-		valid(`,"\ud800":1,"\udc00":2`),        // both U+FFFD: duplicate
-		valid(`,"\ud83d\ude00":1,"😀":2`),       // a pair is the rune: duplicate
-		valid(`,"\ud83d\u0041":1,"\ufffdA":2`), // mismatched pair: duplicate
-		valid(`,"\ud83d\ud83d\ude00":1`),       // high, then a pair
-		valid(`,"a\/b":1,"a/b":2`),             // duplicate
-		valid(`,"\u0000":1,"\u0000":2`),        // duplicate
-		valid(`,"\b\f\n\r\t\"\\":1`),           // every short escape
-		valid(many),                            // the set moves to a map
-		valid(many + `,"kc":3`),                // a duplicate found in the map
-		valid(`,"kb":0` + many),                // a duplicate found in place
-		valid(`,"x":{"a":1,"a":2}`),            // nested duplicates are fine
+		valid(`,"\ud800":1,"\udc00":2`),         // both U+FFFD: duplicate
+		valid(`,"\ud83d\ude00":1,"😀":2`),        // a pair is the rune: duplicate
+		valid(`,"\ud83d\u0041":1,"\ufffdA":2`),  // mismatched pair: duplicate
+		valid(`,"\ud83d\ud83d\ude00":1`),        // high, then a pair
+		valid(`,"a\/b":1,"a/b":2`),              // duplicate
+		valid(`,"\u0000":1,"\u0000":2`),         // duplicate
+		valid(`,"\b\f\n\r\t\"\\":1`),            // every short escape
+		valid(many),                             // the set moves to a map
+		valid(many + `,"kc":3`),                 // a duplicate found in the map
+		valid(`,"kb":0` + many),                 // a duplicate found in place
+		valid(`,"x":{"a":1,"a":2}`),             // nested duplicates are fine
+		valid(`,"total_amoun\u0074":"9999.00"`), // a known key repeated through an escape
+		valid(`,"total_amount":null`), `{"total_amount":null,` + id + "," + typ + "," + at + "," + ids + "," + total + "}",
+		valid(`,"x":` + strings.Repeat("[", 31) + strings.Repeat("]", 31)), // the record's 32nd level
+		valid(`,"x":` + strings.Repeat("[", 32) + strings.Repeat("]", 32)), // the 33rd
+		valid(`,"x":` + strings.Repeat(`{"a":`, 31) + "1" + strings.Repeat("}", 31)),
+		valid(`,"x":` + strings.Repeat(`{"a":`, 32) + "1" + strings.Repeat("}", 32)),
+		valid(`,"x":` + strings.Repeat(`[{"a":`, 15) + "1" + strings.Repeat("}]", 15)),
+		valid(`,"x":` + strings.Repeat(`[{"a":`, 16) + "1" + strings.Repeat("}]", 16)),
 		valid(`,"x":[1,-0,0.5,1e3,1E+3,2e-3,-12.5e10,true,false,null,"",{},[]]`),
 		valid(`,"x":01`), valid(`,"x":1.`), valid(`,"x":-`), valid(`,"x":1e`), valid(`,"x":1e+`),
 		valid(`,"x":.5`), valid(`,"x":+1`), valid(`,"x":tru`), valid(`,"x":nul`), valid(`,"x":falsey`),
@@ -54,6 +62,9 @@ var trickyRecords = func() []string {
 		`{` + id + `,"event_type":"order.confirmed.v1\u0000",` + at + "," + ids + "," + total + "}",
 		`{` + id + "," + typ + `,"occurred_at":"2026-11-29T12:00:00\u005a",` + ids + "," + total + "}",
 		`{` + id + "," + typ + "," + at + `,"order_id":-0,"customer_id":1e2,` + total + "}",
+		`{` + id + "," + typ + "," + at + `,"order_id":"1001","customer_id":42,` + total + "}",
+		`{` + id + "," + typ + "," + at + `,"order_id":1001.0,"customer_id":9223372036854775807,` + total + "}",
+		`{` + id + "," + typ + "," + at + `,"order_id":1001,"customer_id":9223372036854775808,` + total + "}",
 		`{` + id + "," + typ + "," + at + "," + ids + `,"total_amount":99.9e0}`,
 		`{` + id + "," + typ + "," + at + "," + ids + `,"total_amount":-1}`,
 		`{` + id + "," + typ + "," + at + "," + ids + `,"Total_Amount":"1.00"}`,
