@@ -98,6 +98,36 @@ func TestIssue14Targets(t *testing.T) {
 	if !strings.Contains(b.String(), "| 0 ms | 10000 | 20000 | 2.00× | 128 | 58 | 0.45× | 300 | 140 | 0.47× |") {
 		t.Errorf("before/after table:\n%s", b.String())
 	}
+	if strings.Contains(b.String(), "bounded by CPU") {
+		t.Errorf("a met ratio, or runs without their CPU use, get no ceiling paragraph:\n%s", b.String())
+	}
+}
+
+// When the events/s ratio misses its target on a CPU-bound machine, the
+// report says what the target leaves for the consumer, from the CPU every
+// process spent per event.
+func TestRateCeiling(t *testing.T) {
+	now := res("default", 0, 15000, 55, 115)
+	now.CPU = cpuUse{Consumer: 0.825, Postgres: 0.555, Kafka: 0.045, Harness: 0.465, Idle: 0.1} // 55 + 37 + 3 + 31 µs per event
+	base := res("default", 0, 12500, 72, 312)
+	base.CPU = cpuUse{Consumer: 0.9, Postgres: 0.6, Kafka: 0.05, Harness: 0.4, Idle: 0.05} // 72 + 48 + 4 + 32 µs
+	r := report{env: machine{CPUs: 2}, results: []result{now}, baseline: []result{base}}
+	var b strings.Builder
+	r.baselineMarkdown(&b)
+	want := "spent 156 µs before, 72 of them in the consumer, and 126 µs after, 55 in the consumer. " +
+		"1.8× the baseline's events/s is 22500/s, which allows at most 89 µs per event in all on 2 cores; " +
+		"Postgres, Kafka, the harness and the simulator alone spent 71 µs per event in this run, which leaves the consumer 18 µs."
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("ceiling paragraph:\n%s\nwant it to contain:\n%s", b.String(), want)
+	}
+	r.baseline[0].TP.Rate = 9000 // 15000 / 9000 = 1.67: still missed, a smaller budget
+	now.CPU.Postgres = 1.5
+	r.results[0] = now
+	b.Reset()
+	r.baselineMarkdown(&b)
+	if !strings.Contains(b.String(), "no consumer could meet it on this machine") {
+		t.Errorf("others above the budget:\n%s", b.String())
+	}
 }
 
 // The sweep's target compares each point with the mean of the three.
