@@ -96,9 +96,9 @@ func (r report) baselineMarkdown(b *strings.Builder) {
 		if !ok {
 			continue
 		}
-		p("| %s | %.0f | %.0f | %.2f× | %.0f | %.0f | %.2f× | %.0f | %.0f | %.2f× | %s | %s |\n", ms(base.Latency),
-			base.TP.Rate, x.TP.Rate, ratio(x.TP.Rate, base.TP.Rate),
-			base.Cost.CPUPerEvent(), x.Cost.CPUPerEvent(), ratio(x.Cost.CPUPerEvent(), base.Cost.CPUPerEvent()),
+		p("| %s | %.0f%s | %.0f%s | %.2f× | %.0f%s | %.0f%s | %.2f× | %.0f | %.0f | %.2f× | %s | %s |\n", ms(base.Latency),
+			base.TP.Rate, base.spread(spreadRate), x.TP.Rate, x.spread(spreadRate), ratio(x.TP.Rate, base.TP.Rate),
+			base.Cost.CPUPerEvent(), base.spread(spreadCPU), x.Cost.CPUPerEvent(), x.spread(spreadCPU), ratio(x.Cost.CPUPerEvent(), base.Cost.CPUPerEvent()),
 			base.Cost.AllocsPerEvent(), x.Cost.AllocsPerEvent(), ratio(x.Cost.AllocsPerEvent(), base.Cost.AllocsPerEvent()),
 			mb(base.PeakRSS), mb(x.PeakRSS))
 	}

@@ -69,6 +69,14 @@ func (c cost) per(v float64) float64 {
 	return v / float64(c.Events)
 }
 
+// Rate is the events finished per second of the window; 0 without events.
+func (c cost) Rate() float64 {
+	if c.Events <= 0 || c.Window <= 0 {
+		return 0
+	}
+	return float64(c.Events) / c.Window.Seconds()
+}
+
 // CPUPerEvent is the consumer's CPU time per finished event, in µs.
 func (c cost) CPUPerEvent() float64 { return c.per(c.CPU * 1e6) }
 

@@ -192,3 +192,25 @@ func TestReportRendersEveryPart(t *testing.T) {
 		}
 	}
 }
+
+// Of repeated drains the median one is reported, with the range of all,
+// the largest RSS, and every drain's problems and checked charges.
+func TestMedianRun(t *testing.T) {
+	a, b, c := res("default", 0, 15000, 50, 115), res("default", 0, 12000, 60, 115), res("default", 0, 18000, 45, 115)
+	a.Charges, b.Charges, c.Charges = 100, 100, 100
+	b.PeakRSS = 130e6
+	c.problems = []string{"order 7 charged twice"}
+	med := medianRun([]result{a, b, c})
+	if med.TP.Rate != 15000 || med.Cost.CPUPerEvent() != 50 {
+		t.Errorf("median run: %.0f events/s, %.0f µs; want 15000, 50", med.TP.Rate, med.Cost.CPUPerEvent())
+	}
+	if got := med.spread(spreadRate) + med.spread(spreadCPU); got != " (12000–18000) (45–60)" {
+		t.Errorf("spread %q", got)
+	}
+	if med.PeakRSS != 130e6 || med.Charges != 300 || len(med.problems) != 1 {
+		t.Errorf("peak RSS %d, charges %d, problems %v; want 130 MB, 300, the third drain's", med.PeakRSS, med.Charges, med.problems)
+	}
+	if one := medianRun([]result{a}); one.spread(spreadRate) != "" || one.TP.Rate != 15000 {
+		t.Errorf("a single drain: %.0f events/s, spread %q", one.TP.Rate, one.spread(spreadRate))
+	}
+}

@@ -58,9 +58,9 @@ var modes = []mode{
 var latencies = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond}
 
 // backlog is the number of records produced before the consumer starts:
-// about ten seconds of work in the default mode (its events/s is read from
-// 1 s commit ticks, so a shorter drain measures coarsely), more than the
-// time box holds in the sequential mode.
+// about ten seconds of work in the default mode (measured over the middle
+// 60% of its drain: watchBacklog), more than the time box holds in the
+// sequential mode.
 func backlog(m mode, latency time.Duration, scale float64) int {
 	n := map[bool]map[time.Duration]int{
 		true:  {0: 14000, 20 * time.Millisecond: 700, 100 * time.Millisecond: 150},

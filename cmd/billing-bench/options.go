@@ -17,6 +17,7 @@ type options struct {
 	timebox, steadyFor, poll                               time.Duration
 	steadyCap                                              float64
 	scale                                                  float64
+	repeat                                                 int
 	skipPgbench                                            bool
 	only                                                   string
 	// baseline is the binary of the code before the change: its default
@@ -55,6 +56,7 @@ func parseOptions(args []string) (options, error) {
 	fs.Float64Var(&o.steadyCap, "steady-cap", 1500, "cap of the steady offered load, events/s")
 	fs.DurationVar(&o.poll, "poll", 20*time.Millisecond, "interval of the committed-offset polling")
 	fs.Float64Var(&o.scale, "scale", 1, "multiplies every backlog size (e.g. 0.2 for a quick try)")
+	fs.IntVar(&o.repeat, "repeat", 3, "drains of each default-mode backlog (the table, the baseline, the sweep); the run with the median events/s is reported, with the range of all")
 	fs.BoolVar(&o.skipPgbench, "skip-pgbench", false, "do not run pgbench")
 	fs.StringVar(&o.only, "only", "", "run only these parts, comma-separated: mode:latency pairs (e.g. default:20ms), sweep, recovery; for trying things out")
 	fs.StringVar(&o.baseline, "baseline", "", "also measure the default mode of this binary (the code before the change) in the same sitting, and report before / after / ratio")
@@ -70,6 +72,9 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.profileDir != "" && (o.profileSeconds < 1 || o.profileBacklog < 1) {
 		return o, errors.New("-profile-seconds and -profile-backlog must be positive")
+	}
+	if o.repeat < 1 {
+		return o, errors.New("-repeat must be at least 1")
 	}
 	if o.recoveryRate <= 0 {
 		return o, errors.New("-recovery-rate must be positive")

@@ -111,7 +111,10 @@ func (p *poller) finish() []sample {
 
 // throughput is a rate measured from the committed-offset timeline.
 type throughput struct {
-	Rate      float64       // events/s between the first and the last advance
+	// Rate is events/s between the first and the last advance; the
+	// default mode replaces it with the rate of its measured window
+	// (backlogPhase), which the 1 s commit ticks do not quantise.
+	Rate      float64
 	Committed int64         // events committed in all (until the end of the window)
 	Window    time.Duration // first advance to last advance
 	PollEvery time.Duration // mean interval between samples

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,10 +66,13 @@ type result struct {
 	SteadyRecords  int
 	P50, P99       time.Duration
 	LatencyMissing int
-	PeakRSS        int64 // bytes, the larger of the two processes' VmHWM
-	Charges        int   // orders verified charged exactly once, both phases
-	problems       []string
-	notes          []string
+	PeakRSS        int64 // bytes, the largest VmHWM of the run's processes
+	// Spread is every drain of the backlog (-repeat), slowest first; the
+	// result is the median one's.
+	Spread   []runSpread
+	Charges  int // orders verified charged exactly once, both phases
+	problems []string
+	notes    []string
 }
 
 // binLabel is " (baseline)" for a run of the -baseline binary, else "".
@@ -79,8 +84,8 @@ func (r result) binLabel() string {
 }
 
 func (r result) line() string {
-	s := fmt.Sprintf("  %-10s %5v%s: %7.0f events/s (%d committed in %.1fs), %.0f µs CPU, %.0f allocs, %.1f KiB per event; ",
-		r.Mode, r.Latency, r.binLabel(), r.TP.Rate, r.TP.Committed, r.TP.Window.Seconds(),
+	s := fmt.Sprintf("  %-10s %5v%s: %7.0f events/s (%d finished in the %.1fs window; %d committed), %.0f µs CPU, %.0f allocs, %.1f KiB per event; ",
+		r.Mode, r.Latency, r.binLabel(), r.TP.Rate, r.Cost.Events, r.Cost.Window.Seconds(), r.TP.Committed,
 		r.Cost.CPUPerEvent(), r.Cost.AllocsPerEvent(), r.Cost.BytesPerEvent()/1024)
 	if r.SteadyRecords > 0 {
 		s += fmt.Sprintf("steady %.0f/s: p50 %v p99 %v, ", r.SteadyRate, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond))
@@ -139,7 +144,8 @@ func (b *bench) newPhase(ctx context.Context, m mode, latency time.Duration, kin
 func (b *bench) measure(ctx context.Context, m mode, latency time.Duration, baseline bool) (result, error) {
 	r := result{Mode: m.name, Latency: latency, Baseline: baseline, Backlog: backlog(m, latency, b.o.scale)}
 	fmt.Fprintf(b.out, "%s%s, provider latency %v: %d records backlog...\n", m.name, r.binLabel(), latency, r.Backlog)
-	if err := b.backlogPhase(ctx, m, latency, &r); err != nil {
+	r, err := b.drains(ctx, m, r)
+	if err != nil {
 		return r, err
 	}
 	if r.TP.Rate <= 0 {
@@ -148,8 +154,55 @@ func (b *bench) measure(ctx context.Context, m mode, latency time.Duration, base
 	r.SteadyRate = min(b.o.steadyCap, r.TP.Rate/2)
 	r.SteadyRecords = max(10, int(r.SteadyRate*b.o.steadyFor.Seconds()))
 	fmt.Fprintf(b.out, "  steady load: %d records at %.0f/s...\n", r.SteadyRecords, r.SteadyRate)
-	err := b.steadyPhase(ctx, m, latency, &r)
+	err = b.steadyPhase(ctx, m, latency, &r)
 	return r, err
+}
+
+// drains runs the backlog phase of r (its mode, latency and backlog)
+// -repeat times in the default mode, once in the sequential one, and
+// returns the run with the median events/s, its Spread holding every
+// run's. The runs of one machine differ by about ±10% in events/s and CPU
+// per event (scheduling, GC and checkpoint timing); the median of
+// several is what a comparison between two binaries can rely on. Every
+// run is checked for exactly-once: a failure of any of them is in the
+// returned run's problems.
+func (b *bench) drains(ctx context.Context, m mode, r result) (result, error) {
+	n := b.o.repeat
+	if m.sequential {
+		n = 1
+	}
+	runs := make([]result, 0, n)
+	for i := range n {
+		x := r
+		if err := b.backlogPhase(ctx, m, r.Latency, &x); err != nil {
+			return x, err
+		}
+		if n > 1 {
+			fmt.Fprintf(b.out, "  drain %d of %d: %.0f events/s, %.0f µs CPU per event\n", i+1, n, x.TP.Rate, x.Cost.CPUPerEvent())
+		}
+		runs = append(runs, x)
+	}
+	return medianRun(runs), nil
+}
+
+// medianRun returns the run with the median events/s (the upper one of an
+// even count), with Spread holding every run's, slowest first, the
+// largest peak RSS of all, and every run's problems, notes and checked
+// charges.
+func medianRun(runs []result) result {
+	runs = slices.Clone(runs)
+	slices.SortStableFunc(runs, func(a, b result) int { return cmp.Compare(a.TP.Rate, b.TP.Rate) })
+	med := runs[len(runs)/2]
+	med.Spread, med.problems, med.notes, med.Charges = nil, nil, nil, 0
+	for _, x := range runs {
+		med.Spread = append(med.Spread, runSpread{Rate: x.TP.Rate, CPUPerEvent: x.Cost.CPUPerEvent()})
+		med.PeakRSS = max(med.PeakRSS, x.PeakRSS)
+		med.problems = append(med.problems, x.problems...)
+		med.notes = append(med.notes, x.notes...)
+		med.Charges += x.Charges
+	}
+	med.notes = slices.Compact(med.notes)
+	return med
 }
 
 // backlogPhase produces the backlog, starts the consumer, and measures
@@ -195,12 +248,35 @@ func (b *bench) backlogPhase(ctx context.Context, m mode, latency time.Duration,
 	r.TP = measureThroughput(poll.finish(), w.until)
 	r.CPU = since(w.cpu0, w.cpu1)
 	r.Cost = costBetween(w.c0, w.c1)
+	if !m.sequential {
+		r.TP.Rate = r.Cost.Rate() // the steady middle of the drain, not the commit ticks (watchBacklog)
+	}
 	r.PeakRSS = max(r.PeakRSS, rss)
 	if r.Cost.Events <= 0 {
-		r.notes = append(r.notes, "no event finished after the first commit was seen: no CPU or allocations per event (backlog too small)")
+		r.notes = append(r.notes, "no event finished in the measured window: no events/s, CPU or allocations per event (backlog too small)")
 	}
 	return b.verify(ctx, p, r, !m.sequential)
 }
+
+// runSpread is what one drain of a repeated backlog measured.
+type runSpread struct {
+	Rate, CPUPerEvent float64
+}
+
+// spread is " (lo–hi)" of f over the drains, empty for a single drain.
+func (r result) spread(f func(runSpread) float64) string {
+	if len(r.Spread) < 2 {
+		return ""
+	}
+	lo, hi := f(r.Spread[0]), f(r.Spread[0])
+	for _, s := range r.Spread[1:] {
+		lo, hi = min(lo, f(s)), max(hi, f(s))
+	}
+	return fmt.Sprintf(" (%.0f–%.0f)", lo, hi)
+}
+
+func spreadRate(s runSpread) float64 { return s.Rate }
+func spreadCPU(s runSpread) float64  { return s.CPUPerEvent }
 
 // backlogWatch is what watchBacklog read at the two ends of the measured
 // window.
@@ -210,17 +286,42 @@ type backlogWatch struct {
 	c0, c1     counters
 }
 
+// The default mode's measured window is the middle of its drain: it opens
+// when the consumer has finished steadyFrom of the backlog and closes at
+// steadyTo, both read from its own billing_events_total, scraped every
+// scrapeEvery. About as many events are in flight at both ends (fetched,
+// decoded, claimed, at the provider), so the work done before the window
+// on the events finished in it is balanced by the work done in it on the
+// events finished after; and the start (join, first fetches) and the tail
+// (the last, partly filled batches) stay out. A window that closed on the
+// drained backlog instead would have nothing in flight at its close: the
+// smaller the backlog, the larger the share of its events whose decoding
+// and claiming fell before it, and the cheaper they would look.
+const (
+	steadyFrom, steadyTo = 0.2, 0.8
+	scrapeEvery          = 50 * time.Millisecond
+)
+
 // watchBacklog waits until the backlog is drained (default mode) or the
 // time box after the first commit ends (sequential mode), sampling the
-// simulator's charges in progress. The consumer's counters and the CPU of
-// every process are read when the first committed-offset advance is seen
-// and again at the end, so that the CPU and allocations are those of the
-// events committed in between.
+// simulator's charges in progress in the measured window. At the window's
+// two ends it reads the consumer's counters and the CPU of every process,
+// so that the CPU and allocations are those of the events finished in
+// between. The sequential mode's window runs from the first
+// committed-offset advance to the end of the time box: one event is in
+// flight at a time, so its ends need no balancing.
 func (b *bench) watchBacklog(ctx context.Context, m mode, p *phase, proc *consumerProc, poll *poller, r *result) (backlogWatch, error) {
 	var w backlogWatch
-	var first time.Time
+	var first, lastScrape time.Time
+	var opened, closed, scraped bool
 	var inFlight, inFlightN int
 	deadline := time.Now().Add(3 * time.Minute)
+	open := func(c counters) {
+		w.c0, w.cpu0, opened = c, takeCPU(proc.Pid(), b.svc), true
+	}
+	shut := func(c counters) {
+		w.c1, w.cpu1, closed = c, takeCPU(proc.Pid(), b.svc), true
+	}
 	for {
 		if err := proc.exited(); err != nil {
 			return w, err
@@ -228,20 +329,38 @@ func (b *bench) watchBacklog(ctx context.Context, m mode, p *phase, proc *consum
 		last := poll.last()
 		if last.total() > 0 && first.IsZero() {
 			first = last.at
+			b.prof.start(ctx, proc)
 			if m.sequential {
 				w.until = first.Add(b.o.timebox)
+				c, err := readCounters(ctx, proc, last.total())
+				if err != nil {
+					return w, err
+				}
+				open(c)
 			}
-			var err error
-			if w.c0, err = readCounters(ctx, proc, last.total()); err != nil {
-				return w, err
-			}
-			w.cpu0 = takeCPU(proc.Pid(), b.svc)
-			b.prof.start(ctx, proc)
 		}
-		if last.total() == int64(r.Backlog) {
+		drained := last.total() == int64(r.Backlog)
+		if !m.sequential && !closed && (drained || time.Since(lastScrape) >= scrapeEvery) {
+			lastScrape = time.Now()
+			c, err := readCounters(ctx, proc, last.total())
+			switch {
+			case err != nil && !scraped && first.IsZero():
+				// The consumer's listener may not be up yet.
+			case err != nil:
+				return w, err
+			default:
+				scraped = true
+				if !opened && (c.finished >= steadyFrom*float64(r.Backlog) || drained) {
+					open(c)
+				} else if opened && (c.finished >= steadyTo*float64(r.Backlog) || drained) {
+					shut(c)
+				}
+			}
+		}
+		if drained {
 			break
 		}
-		if !first.IsZero() {
+		if opened && !closed {
 			inFlight += p.sim.InFlight()
 			inFlightN++
 		}
@@ -258,11 +377,16 @@ func (b *bench) watchBacklog(ctx context.Context, m mode, p *phase, proc *consum
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	var err error
-	if w.c1, err = readCounters(ctx, proc, poll.last().total()); err != nil {
-		return w, err
+	if !closed {
+		c, err := readCounters(ctx, proc, poll.last().total())
+		if err != nil {
+			return w, err
+		}
+		if !opened {
+			open(c)
+		}
+		shut(c)
 	}
-	w.cpu1 = takeCPU(proc.Pid(), b.svc)
 	if inFlightN > 0 {
 		r.InFlight = float64(inFlight) / float64(inFlightN)
 	}

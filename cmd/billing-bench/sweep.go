@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 )
 
 // sweepBacklogs are the backlog sizes of the sweep: the default mode at
@@ -25,7 +24,8 @@ func (b *bench) runSweep(ctx context.Context) ([]result, error) {
 	for _, n := range sweepBacklogs {
 		r := result{Mode: def.name, Latency: 0, Backlog: max(50, int(float64(n)*b.o.scale))}
 		fmt.Fprintf(b.out, "sweep: default, 0 ms, %d records backlog...\n", r.Backlog)
-		if err := b.backlogPhase(ctx, def, 0, &r); err != nil {
+		r, err := b.drains(ctx, def, r)
+		if err != nil {
 			return out, fmt.Errorf("sweep, %d records: %w", r.Backlog, err)
 		}
 		fmt.Fprintln(b.out, r.line())
@@ -83,18 +83,11 @@ func (r report) sweepMarkdown(b *strings.Builder) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("\n### Cost by backlog size\n\nThe default mode at 0 ms drains backlogs of three sizes, each on a fresh topic with a fresh consumer, " +
 		"measured and checked as above; CPU per event should not grow with the work:\n\n")
-	p("| backlog | events/s | CPU µs/event | allocs/event | KiB allocated/event | window |\n|---:|---:|---:|---:|---:|---:|\n")
+	p("| backlog | events/s | CPU µs/event | allocs/event | KiB allocated/event | measured window |\n|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.sweep {
-		p("| %d records | %.0f | **%.0f** | %.0f | %.1f | %.1f s |\n", x.Backlog, x.TP.Rate, x.Cost.CPUPerEvent(), x.Cost.AllocsPerEvent(),
-			x.Cost.BytesPerEvent()/1024, x.TP.Window.Seconds())
-	}
-	for _, x := range r.sweep {
-		if x.TP.Window < 3*time.Second {
-			p("\nThe events/s of a window of a few commit ticks (%d records: %.1f s) is coarse: commits come once a second, so the window "+
-				"can hold up to a second without work, or miss one of work. CPU per event does not depend on it: it divides by the events the "+
-				"consumer counted.\n", x.Backlog, x.TP.Window.Seconds())
-			break
-		}
+		p("| %d records | %.0f%s | **%.0f**%s | %.0f | %.1f | %d events in %.1f s |\n", x.Backlog, x.TP.Rate, x.spread(spreadRate),
+			x.Cost.CPUPerEvent(), x.spread(spreadCPU), x.Cost.AllocsPerEvent(),
+			x.Cost.BytesPerEvent()/1024, x.Cost.Events, x.Cost.Window.Seconds())
 	}
 }
 
