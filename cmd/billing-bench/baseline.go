@@ -116,20 +116,19 @@ func (r report) rateCeiling(p func(format string, args ...any)) {
 	for _, base := range r.baseline {
 		x, ok := r.find("default", base.Latency)
 		if !ok || base.TP.Rate <= 0 || x.TP.Rate <= 0 || ratio(x.TP.Rate, base.TP.Rate) >= rateRatioTarget ||
-			base.CPU.Idle >= 0.25*cpus || x.CPU.Idle >= 0.25*cpus {
+			!base.CPU.saturated(r.env.CPUs) || !x.CPU.saturated(r.env.CPUs) {
 			continue
 		}
 		perEvent := func(cores, rate float64) float64 { return cores / rate * 1e6 } // µs
-		all := func(c cpuUse) float64 { return c.Consumer + c.Postgres + c.Kafka + c.Harness }
 		want := rateRatioTarget * base.TP.Rate
 		budget := cpus / want * 1e6
-		others := perEvent(all(x.CPU)-x.CPU.Consumer, x.TP.Rate)
+		others := perEvent(x.CPU.bench()-x.CPU.Consumer, x.TP.Rate)
 		p("\nAt %s both binaries were bounded by CPU (%.2f and %.2f of %d cores idle): per event the whole machine (consumer, Postgres, Kafka, "+
 			"harness and simulator) spent %.0f µs before, %.0f of them in the consumer, and %.0f µs after, %.0f in the consumer. "+
 			"%.1f× the baseline's events/s is %.0f/s, which allows at most %.0f µs per event in all on %d cores; "+
 			"Postgres, Kafka, the harness and the simulator alone spent %.0f µs per event in this run",
-			ms(base.Latency), base.CPU.Idle, x.CPU.Idle, r.env.CPUs, perEvent(all(base.CPU), base.TP.Rate), perEvent(base.CPU.Consumer, base.TP.Rate),
-			perEvent(all(x.CPU), x.TP.Rate), perEvent(x.CPU.Consumer, x.TP.Rate), rateRatioTarget, want, budget, r.env.CPUs, others)
+			ms(base.Latency), base.CPU.Idle, x.CPU.Idle, r.env.CPUs, perEvent(base.CPU.bench(), base.TP.Rate), perEvent(base.CPU.Consumer, base.TP.Rate),
+			perEvent(x.CPU.bench(), x.TP.Rate), perEvent(x.CPU.Consumer, x.TP.Rate), rateRatioTarget, want, budget, r.env.CPUs, others)
 		if left := budget - others; left > 0 {
 			p(", which leaves the consumer %.0f µs.\n", left)
 		} else {

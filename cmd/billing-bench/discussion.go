@@ -95,8 +95,8 @@ func (r report) cpuBound(p func(format string, args ...any)) {
 	if x, ok := r.find("default", 0); ok && x.TP.Rate > 0 {
 		c := x.CPU
 		perEvent := func(cores float64) float64 { return cores / x.TP.Rate * 1e6 } // µs
-		ours := c.Consumer + c.Postgres + c.Kafka + c.Harness
-		if c.Idle < 0.25*cpus {
+		ours := c.bench()
+		if c.saturated(r.env.CPUs) {
 			p("- **Default mode at 0 ms is bounded by CPU.** ")
 		} else {
 			p("- **Default mode at 0 ms did not use all the CPU**, so something else limited it. ")

@@ -178,6 +178,14 @@ type cpuUse struct {
 	Consumer, Harness, Postgres, Kafka, Other, Idle float64
 }
 
+// bench is the CPU of the processes of the bench: the consumer, Postgres,
+// Kafka, and the harness with the simulator (not Other).
+func (c cpuUse) bench() float64 { return c.Consumer + c.Postgres + c.Kafka + c.Harness }
+
+// saturated reports whether less than a quarter of a core per CPU was
+// idle: whatever the run measured was bounded by CPU.
+func (c cpuUse) saturated(cpus int) bool { return c.Idle < 0.25*float64(cpus) }
+
 // since returns the CPU used from a to b. Other is the rest of the busy
 // time: other processes of the machine, and postgres backends that ended
 // between the snapshots.
