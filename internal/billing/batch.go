@@ -243,7 +243,7 @@ func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed,
 	// The same event twice in one batch (a redelivery beside its
 	// original): the later copy waits for the earlier one's outcome.
 	n := len(batch)
-	evs, tokens, atts := make([]events.OrderConfirmed, 0, n), make([]uuid.UUID, 0, n), make([]*attempt, 0, n)
+	evs, atts := make([]events.OrderConfirmed, 0, n), make([]*attempt, 0, n)
 	at := make([]int, 0, n) // batch index of each of evs
 	seen := make(map[uuid.UUID]bool, n)
 	for i, ev := range batch {
@@ -252,12 +252,11 @@ func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed,
 			continue
 		}
 		seen[ev.EventID] = true
-		evs, tokens, at = append(evs, ev), append(tokens, attempts[i].id), append(at, i)
-		atts = append(atts, attempts[i])
+		evs, atts, at = append(evs, ev), append(atts, attempts[i]), append(at, i)
 	}
 	toCharge, created := make([]events.OrderConfirmed, 0, n), make([]bool, 0, n)
 	chargeAtts, chargeAt := make([]*attempt, 0, n), make([]int, 0, n)
-	for k, c := range s.claimAll(ctx, evs, tokens) {
+	for k, c := range s.claimAll(ctx, evs, atts) {
 		if !c.charge {
 			out[at[k]] = response{c.res, c.err}
 			continue

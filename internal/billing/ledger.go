@@ -113,8 +113,9 @@ type claimed struct {
 // claimAll claims the orders of evs, which must have distinct event ids,
 // in one statement, and decides every event whose claim an existing row
 // stopped. An event whose stopping row vanished meanwhile is claimed
-// again, a few times.
-func (s *Service) claimAll(ctx context.Context, evs []events.OrderConfirmed, attempts []uuid.UUID) []claimed {
+// again, a few times. attempts[i] is evs[i]'s attempt: a claim it creates
+// carries its id as claim_token.
+func (s *Service) claimAll(ctx context.Context, evs []events.OrderConfirmed, attempts []*attempt) []claimed {
 	out := make([]claimed, len(evs))
 	todo := make([]int, len(evs))
 	for i := range todo {
@@ -140,14 +141,14 @@ func (s *Service) claimAll(ctx context.Context, evs []events.OrderConfirmed, att
 
 // claimOnce claims the events evs[todo], fills in out and returns those to
 // claim again.
-func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, attempts []uuid.UUID, todo []int, out []claimed) ([]int, error) {
+func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, attempts []*attempt, todo []int, out []claimed) ([]int, error) {
 	// Event ids and tokens as [16]byte: pgx encodes those in binary as they
 	// are (a uuid.UUID would go through its text form).
 	orders, ids := make([]int64, len(todo)), make([][16]byte, len(todo))
 	customers, amounts, tokens := make([]int64, len(todo)), make([]string, len(todo)), make([][16]byte, len(todo))
 	for k, i := range todo {
 		ev := evs[i]
-		orders[k], ids[k], customers[k], amounts[k], tokens[k] = ev.OrderID, ev.EventID, ev.CustomerID, ev.TotalAmount.String(), attempts[i]
+		orders[k], ids[k], customers[k], amounts[k], tokens[k] = ev.OrderID, ev.EventID, ev.CustomerID, ev.TotalAmount.String(), attempts[i].id
 	}
 	cctx, cancel := s.live(ctx)
 	defer cancel()
@@ -190,7 +191,7 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 		case verdictCharge:
 			// Our own claim: created by this attempt when an earlier try of
 			// it lost the claim statement's answer, or a retry of it.
-			out[i] = claimed{charge: true, created: row.Attempt == attempts[i]}
+			out[i] = claimed{charge: true, created: row.Attempt == attempts[i].id}
 		default:
 			out[i] = claimed{res: Result{Outcome: outcome}, err: err}
 			if outcome == DuplicateOrder {
