@@ -347,6 +347,11 @@ func testSecretsNeverLeak(t *testing.T, b *secureBroker) {
 	}
 	t.Cleanup(p.Kill)
 	w.waitDrained(t, p, 2*time.Minute)
+	// The wrong-token run may have been stopped while a retry's request was
+	// in flight: its claim stays pending (the outcome is unknown), and a
+	// declined order's redelivery cannot release it. The completer settles
+	// it, as in production.
+	w.waitSettled(t, p)
 	report(t, w.verify(t, plan, first, 20))
 	var metrics string
 	pollOps(t, 30*time.Second, "the lag gauge, from the lag client over SASL_SSL", func() string {
