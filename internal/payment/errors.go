@@ -41,6 +41,11 @@ type Error struct {
 	// Err is the underlying cause for attempts without an answer; nil when
 	// Status is set.
 	Err error
+	// Conns is how many connections the request was handed to: more than
+	// one when net/http replayed it after a reused connection died, 0 when
+	// none was had (the dial or the TLS handshake failed). Set by
+	// Client.Charge; see NotTaken.
+	Conns int
 }
 
 // Error describes the attempt without secrets or personal data.
@@ -65,17 +70,28 @@ func (e *Error) Error() string {
 // take the money: it refused the charge (Permanent: 400, 402, 404, ...),
 // refused our credentials (401, or 407 from a forward proxy: both answer
 // the request before it is passed on), or the request was never sent (the
-// provider's certificate failed verification). A redirect, a 403 (a WAF
-// may answer it from the provider's response, after the charge was
-// taken), a 409, a 422 or any outcome without an answer proves nothing.
+// provider's certificate failed verification before any connection was
+// had). A redirect, a 403 (a WAF may answer it from the provider's
+// response, after the charge was taken), a 409, a 422 or any outcome
+// without an answer proves nothing.
+//
+// Nor does any answer to a request net/http handed to more than one
+// connection (Conns > 1), nor a certificate rejected after one connection
+// was had: the Transport replayed the request after a connection died
+// with a copy written, and the refusal answers the replay, not the copy
+// the provider may have charged. Any other Charger behind billing's port
+// must keep the same rule: a refusal proves nothing when the request may
+// have been written more than once.
 func (e *Error) NotTaken() bool {
 	switch {
+	case e.Status == 0:
+		return e.Kind == fault.Systemic && e.Conns == 0
+	case e.Conns > 1:
+		return false
 	case e.Kind == fault.Permanent:
 		return true
-	case e.Status == http.StatusUnauthorized, e.Status == http.StatusProxyAuthRequired:
-		return true
 	default:
-		return e.Status == 0 && e.Kind == fault.Systemic
+		return e.Status == http.StatusUnauthorized || e.Status == http.StatusProxyAuthRequired
 	}
 }
 

@@ -3,6 +3,7 @@ package payment
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -27,8 +28,9 @@ func (r readRequest) String() string {
 // replayProvider is a raw HTTP/1.1 provider that reads the second request
 // on its first connection and then closes the connection without
 // answering, as a provider that timed out an idle keep-alive connection
-// would just as the request arrived. Every other request gets a 200.
-func replayProvider(t *testing.T) (url string, seen func() []readRequest) {
+// would just as the request arrived. Every other request gets a 200, or,
+// on a later connection, replayStatus when it is not 0.
+func replayProvider(t *testing.T, replayStatus int) (url string, seen func() []readRequest) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -59,8 +61,11 @@ func replayProvider(t *testing.T) (url string, seen func() []readRequest) {
 					if n == 0 && i == 1 {
 						return // read, then dropped: the client cannot know whether it was charged
 					}
-					answer := `{"charge_id":"ch_` + strconv.Itoa(n) + "_" + strconv.Itoa(i) + `"}`
-					if _, err := fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer); err != nil {
+					status, answer := "200 OK", `{"charge_id":"ch_`+strconv.Itoa(n)+"_"+strconv.Itoa(i)+`"}`
+					if n > 0 && replayStatus != 0 {
+						status, answer = fmt.Sprintf("%d %s", replayStatus, http.StatusText(replayStatus)), `{"error":{"code":"no_route"}}`
+					}
+					if _, err := fmt.Fprintf(conn, "HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", status, len(answer), answer); err != nil {
 						return
 					}
 				}
@@ -80,7 +85,7 @@ func replayProvider(t *testing.T) (url string, seen func() []readRequest) {
 // GetBody must give it the same bytes. Whether or not net/http replays,
 // every copy the provider read must carry the charge's key and body.
 func TestConnectionReplaySendsTheSameRequest(t *testing.T) {
-	url, seen := replayProvider(t)
+	url, seen := replayProvider(t, 0)
 	c := newClient(t, url, nil)
 	first := testCharge()
 	if _, err := c.Charge(t.Context(), first); err != nil {
@@ -108,5 +113,36 @@ func TestConnectionReplaySendsTheSameRequest(t *testing.T) {
 	}
 	if reqs[1].conn != 0 || reqs[2].conn != 1 {
 		t.Errorf("connections %d, %d: want the replay on a new connection", reqs[1].conn, reqs[2].conn)
+	}
+}
+
+// A refusal that answers net/http's silent replay proves nothing about
+// the copy the provider read first: the connection died after the request
+// was written, so that copy may have been charged. Whatever the replay is
+// told — a gateway's 404 or 400, a 401 or a 407 — the attempt's outcome is
+// unknown: NotTaken must be false, or the claim's creator would release it.
+func TestRefusalOfAReplayIsNotNotTaken(t *testing.T) {
+	for _, status := range []int{http.StatusNotFound, http.StatusBadRequest, http.StatusUnauthorized, http.StatusProxyAuthRequired} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			url, seen := replayProvider(t, status)
+			c := newClient(t, url, nil)
+			if _, err := c.Charge(t.Context(), testCharge()); err != nil {
+				t.Fatalf("warm-up charge: %v", err)
+			}
+			second := testCharge()
+			second.IdempotencyKey = "0193a5c2-7f4e-7b1a-9c3d-2e4f6a8b0c1e"
+			_, err := c.Charge(t.Context(), second)
+			if n := len(seen()); n != 3 {
+				t.Fatalf("provider read %d requests, want 3: the replay did not happen", n)
+			}
+			var pe *Error
+			if !errors.As(err, &pe) {
+				t.Fatalf("charge: %v; want a *payment.Error", err)
+			}
+			t.Logf("the replay's answer: %v", err)
+			if pe.NotTaken() {
+				t.Errorf("%d to a silent replay: NotTaken() = true; want false (the first copy may have been charged)", status)
+			}
+		})
 	}
 }

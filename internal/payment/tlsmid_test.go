@@ -2,13 +2,20 @@ package payment
 
 import (
 	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // A TLS record that breaks after the handshake (a corrupted or injected
@@ -57,4 +64,87 @@ func TestTLSRecordBrokenAfterTheRequestIsNotNotTaken(t *testing.T) {
 	if e.NotTaken() {
 		t.Errorf("error %+v (%v) after the request was sent says NotTaken; want an unknown outcome", e, err)
 	}
+}
+
+// net/http's silent replay of a charge can meet a certificate that fails
+// verification on its new connection (a load balancer's node with a
+// stale certificate): "not sent" describes the replay only. The first
+// copy was written on a connection that died without an answer, so the
+// outcome is unknown and NotTaken must be false.
+func TestCertificateRejectedOnAReplayIsNotNotTaken(t *testing.T) {
+	certSrv := httptest.NewTLSServer(http.NotFoundHandler()) // only for its certificate
+	t.Cleanup(certSrv.Close)
+	stale := selfSigned(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	var conns, reqs atomic.Int32
+	go func() {
+		for {
+			raw, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			cert := certSrv.TLS.Certificates
+			if conns.Add(1) > 1 {
+				cert = []tls.Certificate{stale}
+			}
+			go func() {
+				defer raw.Close()
+				conn := tls.Server(raw, &tls.Config{Certificates: cert})
+				if conn.Handshake() != nil {
+					return
+				}
+				br := bufio.NewReader(conn)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					if reqs.Add(1) == 2 {
+						return // the provider took it; the connection dies before the answer
+					}
+					_, _ = conn.Write([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 20\r\n\r\n{\"charge_id\":\"ch_1\"}"))
+				}
+			}()
+		}
+	}()
+	trusted := x509.NewCertPool()
+	trusted.AddCert(certSrv.Certificate())
+	c := newClient(t, "https://"+ln.Addr().String(), func(cfg *Config) {
+		cfg.TLS = &tls.Config{RootCAs: trusted, ServerName: "example.com"}
+	})
+	if _, err := c.Charge(t.Context(), testCharge()); err != nil {
+		t.Fatalf("warm-up charge: %v", err)
+	}
+	second := testCharge()
+	second.IdempotencyKey = "0193a5c2-7f4e-7b1a-9c3d-2e4f6a8b0c1e"
+	_, err = c.Charge(t.Context(), second)
+	e := mustPaymentError(t, err)
+	if conns.Load() < 2 || reqs.Load() != 2 {
+		t.Fatalf("%d connections, %d requests read: want the replay's handshake on a second connection after 2 requests (%v)", conns.Load(), reqs.Load(), err)
+	}
+	t.Logf("the replay's error: %v", err)
+	if e.NotTaken() {
+		t.Errorf("a certificate rejected on the replay's connection says NotTaken (%v); want an unknown outcome", err)
+	}
+}
+
+// selfSigned returns a certificate for example.com that no test trusts.
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "example.com"},
+		DNSNames: []string{"example.com"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
