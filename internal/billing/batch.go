@@ -262,7 +262,7 @@ func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed,
 			continue
 		}
 		toCharge, chargeAt = append(toCharge, evs[k]), append(chargeAt, at[k])
-		created, chargeAtts = append(created, c.created && !atts[k].unknown.Load()), append(chargeAtts, atts[k])
+		created, chargeAtts = append(created, c.created), append(chargeAtts, atts[k])
 	}
 	if len(toCharge) == 0 {
 		return out

@@ -12,23 +12,26 @@
 //     means: Duplicate, DuplicateOrder, a Conflict, the event's own
 //     pending claim (charge again, same key), or Busy (another event's
 //     charge is unsettled: wait). Nothing else can charge a claimed order.
-//  2. The charge (charge.go), one transaction: the processed_event insert
-//     (ON CONFLICT DO NOTHING; no row means Duplicate), for an attempt that
-//     did not create the claim a FOR KEY SHARE hold on it (so that its
-//     creator cannot release it under a request in flight), the POST with
-//     Idempotency-Key: <event_id> and the canonical body, the claim marked
-//     'charged' with the provider's charge id, COMMIT. Then the caller
-//     commits the offset.
+//  2. The charge (charge.go). An attempt that did not create the claim
+//     first records that it sends (charge.others_sent_at, committed on its
+//     own), so that the creator can no longer release the claim under a
+//     request that may take money. Then one transaction: the
+//     processed_event insert (ON CONFLICT DO NOTHING; no row means
+//     Duplicate), the POST with Idempotency-Key: <event_id> and the
+//     canonical body, the claim marked 'charged' with the provider's
+//     charge id, COMMIT. Then the caller commits the offset.
 //
 // When the charge's outcome is unknown (timeout, reset, 5xx, a lost
 // database connection, a crash) the transaction rolls back, taking the
 // processed_event row with it, and the claim stays 'pending': the event's
 // redelivery or the Completer re-sends the same request and the provider
-// answers from its stored result. A definite refusal (400, 402, 404)
-// deletes the claim only when the same attempt created it and none of that
-// attempt's requests had an unknown outcome; a 422 marks it
-// 'blocked' for an operator. No rollback ever erases the only record that
-// money may have moved.
+// answers from its stored result. What a claim's answer does to it is
+// NextClaimStatus's (claim.go), the one state machine of the money path:
+// a definite refusal deletes the claim only when the attempt that created
+// it was refused, none of its requests had an unknown outcome and no
+// other attempt recorded a send; a 422 marks it 'blocked' for an
+// operator. No rollback ever erases the only record that money may have
+// moved.
 package billing
 
 import (
@@ -54,7 +57,9 @@ import (
 // charge's, Transient when the outcome is unknown. An error that proves the
 // money was not taken says so with a method NotTaken() bool returning true
 // (as *payment.Error does): only then may the attempt that created the
-// claim release it.
+// claim release it. A refusal of a request that the client may have
+// written more than once (a transport's silent replay on a new
+// connection) proves nothing: NotTaken must be false for it.
 type Charger interface {
 	Charge(ctx context.Context, req ChargeRequest) (ChargeResult, error)
 }

@@ -35,6 +35,10 @@ type env struct {
 	charger  billing.Charger // client.ForBilling()
 	svc      *billing.Service
 	declined map[int64]bool // orders the simulator declines, for Faults.Decline
+	// companions are the events a batched biller billed beside the
+	// events under test (see biller_test.go).
+	mu         sync.Mutex
+	companions []events.OrderConfirmed
 }
 
 func (e *env) decline(order int64) bool { return e.declined[order] }

@@ -25,14 +25,16 @@ const completerLockKey int64 = 0x636f6d706c657465
 // Completer settles pending ledger claims that their events have not
 // settled: the event was dead-lettered, its partition moved on, or the
 // process that made the claim died. For each pending claim older than
-// After it re-sends the claim's request — the claiming event's
-// Idempotency-Key with the body rebuilt from the claim, byte-identical to
-// the original — and settles it by the answer:
+// After it records that it sends (charge.others_sent_at, committed before
+// the request leaves), re-sends the claim's request — the claiming
+// event's Idempotency-Key with the body rebuilt from the claim,
+// byte-identical to the original — and settles it as NextClaimStatus says
+// for ActorCompleter:
 //
 //	2xx                      charged, with the provider's charge id
 //	422                      blocked (the key is bound to other parameters)
-//	400, 402, 404            blocked: the refusal may be a stored answer
-//	                         for a request that did not create the claim
+//	400, 402, 404            blocked: the completer never created the
+//	                         claim, so a refusal may not release it
 //	timeout, reset, 5xx, 409 still pending
 //	(claim older than        blocked without a re-send: the provider may
 //	BlockAfter)              have forgotten the key
@@ -111,9 +113,6 @@ WHERE status = 'pending' AND claimed_at < $1 ORDER BY claimed_at LIMIT $2`
 coalesce(min(claimed_at) FILTER (WHERE status = 'pending'), $1) FROM charge WHERE status <> 'charged'`
 	blockedSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, coalesce(last_error, '') FROM charge
 WHERE status = 'blocked' ORDER BY claimed_at LIMIT 100`
-	// holdOneSQL locks a pending claim against its release (a DELETE)
-	// for the settling transaction; it does not stop status updates.
-	holdOneSQL      = `SELECT 1 FROM charge WHERE order_id = $1 AND event_id = $2 AND status = 'pending' FOR KEY SHARE`
 	stillUnknownSQL = `UPDATE charge SET settle_attempts = settle_attempts + 1, last_error = $3
 WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
 )
@@ -179,7 +178,7 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 	for _, cl := range claims {
 		if opt.DryRun {
 			what := "would re-send"
-			if now.Sub(cl.ClaimedAt) > c.BlockAfter {
+			if NextClaimStatus(ClaimFacts{Actor: ActorCompleter, Age: now.Sub(cl.ClaimedAt), BlockAfter: c.BlockAfter}) == ClaimBlocked {
 				what = "would block"
 			}
 			done = append(done, Settled{Claim: cl, Result: what})
@@ -194,50 +193,64 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 	return done, nil
 }
 
-// settle re-sends cl's request and records the answer, in one transaction
-// that holds the claim (holdOneSQL) from before the request to the record:
-// its creating attempt, refused meanwhile, may release it only before the
-// hold (then nothing is sent) or after the record (then it is no longer
-// pending).
+// settle settles cl by NextClaimStatus: blocked without a re-send when it
+// is older than BlockAfter, else its request re-sent — after markSent has
+// recorded, committed, that the completer sends it, so that its creating
+// attempt, refused meanwhile, can no longer release it — and the answer
+// recorded. Its error is the pass's (a systemic answer, ctx ended, the
+// database): nothing more is to be done in this pass.
 func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, now time.Time) (Settled, error) {
 	out := Settled{Claim: cl}
-	bctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
-	defer cancel()
-	tx, err := conn.Begin(bctx)
-	if err != nil {
-		return out, fmt.Errorf("completer: settle order %d: begin: %w", cl.OrderID, err)
+	facts := ClaimFacts{Actor: ActorCompleter, Age: now.Sub(cl.ClaimedAt), BlockAfter: c.BlockAfter}
+	if NextClaimStatus(facts) == ClaimBlocked {
+		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("outcome still unknown %s after the claim, past the block-after limit: not re-sent", facts.Age.Round(time.Second))
+		return out, c.write(ctx, conn, &out, blockSQL, []int64{cl.OrderID}, [][16]byte{cl.EventID}, out.Detail)
 	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
-		defer cancel()
-		_ = tx.Rollback(rctx) // after a commit: a no-op
-	}()
-	var one int
-	if err := tx.QueryRow(bctx, holdOneSQL, cl.OrderID, [16]byte(cl.EventID)).Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+	pending, err := markSent(ctx, conn, c.dbTimeout(), []int64{cl.OrderID}, [][16]byte{cl.EventID})
+	if err != nil {
+		return out, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
+	}
+	if !pending[cl.EventID] {
 		out.Result, out.Detail = settledMeanwhile, "released or settled since the pass read it; nothing sent"
 		return out, nil
-	} else if err != nil {
-		return out, fmt.Errorf("completer: settle order %d: hold the claim: %w", cl.OrderID, err)
 	}
-	sql, args, err := c.resend(ctx, cl, now, &out)
-	if err != nil {
-		return out, err
+	r, err := c.Charger.Charge(ctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
+	switch {
+	case err != nil && fault.KindOf(err) == fault.Systemic:
+		return out, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
+	case err != nil && ctx.Err() != nil:
+		return out, ctx.Err()
 	}
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
-	defer wcancel()
-	if _, err := tx.Exec(wctx, sql, args...); err != nil {
-		return out, fmt.Errorf("completer: record order %d as %s: %w", cl.OrderID, out.Result, err)
+	facts.Answer = answerOf(err)
+	switch NextClaimStatus(facts) {
+	case ClaimCharged:
+		out.Result, out.Detail = string(ClaimCharged), r.ChargeID
+		return out, c.write(ctx, conn, &out, recordSQL, []int64{cl.OrderID}, [][16]byte{cl.EventID}, []string{r.ChargeID}, c.Now())
+	case ClaimBlocked:
+		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("re-sent by the completer: %v", err)
+		return out, c.write(ctx, conn, &out, blockSQL, []int64{cl.OrderID}, [][16]byte{cl.EventID}, out.Detail)
+	default:
+		out.Result, out.Detail = string(ClaimPending), err.Error()
+		return out, c.write(ctx, conn, &out, stillUnknownSQL, cl.OrderID, [16]byte(cl.EventID), out.Detail)
 	}
-	if err := tx.Commit(wctx); err != nil {
-		return out, fmt.Errorf("completer: record order %d as %s: commit: %w", cl.OrderID, out.Result, err)
+}
+
+// write runs the statement that records what settle did to out's claim,
+// on a context that outlives ctx (the provider's answer must be kept),
+// and logs it.
+func (c *Completer) write(ctx context.Context, conn *pgxpool.Conn, out *Settled, sql string, args ...any) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
+	defer cancel()
+	if _, err := conn.Exec(wctx, sql, args...); err != nil {
+		return fmt.Errorf("completer: record order %d as %s: %w", out.OrderID, out.Result, err)
 	}
 	level := slog.LevelInfo
-	if out.Result == statusBlocked {
+	if out.Result == string(ClaimBlocked) {
 		level = slog.LevelError
 	}
-	c.Logger.Log(ctx, level, "ledger claim settled by the completer", "order_id", cl.OrderID, "event_id", cl.EventID,
+	c.Logger.Log(ctx, level, "ledger claim settled by the completer", "order_id", out.OrderID, "event_id", out.EventID,
 		"result", out.Result, "detail", out.Detail)
-	return out, nil
+	return nil
 }
 
 // blocked reads the blocked claims with their last error.
@@ -250,11 +263,11 @@ func (c *Completer) blocked(ctx context.Context, conn *pgxpool.Conn) ([]Settled,
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Settled, error) {
 		var s Settled
-		var amount string
-		if err := row.Scan(&s.OrderID, (*[16]byte)(&s.EventID), &s.CustomerID, &amount, &s.Status, &s.ClaimedAt, &s.Detail); err != nil {
+		var amount, status string
+		if err := row.Scan(&s.OrderID, (*[16]byte)(&s.EventID), &s.CustomerID, &amount, &status, &s.ClaimedAt, &s.Detail); err != nil {
 			return s, err
 		}
-		s.Result = statusBlocked
+		s.Status, s.Result = ClaimStatus(status), string(ClaimBlocked)
 		a, err := money.ParseAmount(amount)
 		s.Amount = a
 		return s, err
@@ -263,34 +276,6 @@ func (c *Completer) blocked(ctx context.Context, conn *pgxpool.Conn) ([]Settled,
 		return nil, fmt.Errorf("completer: read blocked claims: %w", err)
 	}
 	return out, nil
-}
-
-// resend re-sends cl's request, fills in out by the answer and returns the
-// statement that records it. A claim older than BlockAfter is blocked
-// without being re-sent: the provider may have forgotten its key, and a
-// forgotten key charges again. Its error is the pass's (a systemic answer,
-// ctx ended): nothing is to be recorded.
-func (c *Completer) resend(ctx context.Context, cl Claim, now time.Time, out *Settled) (string, []any, error) {
-	if age := now.Sub(cl.ClaimedAt); age > c.BlockAfter {
-		out.Result, out.Detail = statusBlocked, fmt.Sprintf("outcome still unknown %s after the claim, past the block-after limit: not re-sent", age.Round(time.Second))
-		return blockSQL, []any{[]int64{cl.OrderID}, [][16]byte{cl.EventID}, out.Detail}, nil
-	}
-	r, err := c.Charger.Charge(ctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
-	switch k := fault.KindOf(err); {
-	case err == nil:
-		out.Result, out.Detail = statusCharged, r.ChargeID
-		return recordSQL, []any{[]int64{cl.OrderID}, [][16]byte{cl.EventID}, []string{r.ChargeID}, c.Now()}, nil
-	case k == fault.Systemic:
-		return "", nil, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
-	case ctx.Err() != nil:
-		return "", nil, ctx.Err()
-	case k == fault.Conflict, k == fault.Permanent, k == fault.Invalid:
-		out.Result, out.Detail = statusBlocked, fmt.Sprintf("re-sent by the completer: %v", err)
-		return blockSQL, []any{[]int64{cl.OrderID}, [][16]byte{cl.EventID}, out.Detail}, nil
-	default:
-		out.Result, out.Detail = statusPending, err.Error()
-		return stillUnknownSQL, []any{cl.OrderID, [16]byte(cl.EventID), out.Detail}, nil
-	}
 }
 
 // count reads the unsettled claims.

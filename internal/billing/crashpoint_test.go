@@ -216,6 +216,7 @@ func (e *env) completePass(t *testing.T, age time.Duration) billing.PassReport {
 // pending anywhere.
 func (e *env) assertChargedOnce(t *testing.T, ev events.OrderConfirmed) {
 	t.Helper()
+	e.settleCompanions(t)
 	if n := e.sim.ChargesFor(ev.OrderID); n != 1 {
 		t.Fatalf("provider took %d charges for order %d, want 1", n, ev.OrderID)
 	}

@@ -15,20 +15,13 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/money"
 )
 
-// Ledger statuses (the charge.status column).
-const (
-	statusPending = "pending"
-	statusCharged = "charged"
-	statusBlocked = "blocked"
-)
-
 // Claim is an order's row in the charge ledger.
 type Claim struct {
 	OrderID    int64
 	EventID    uuid.UUID
 	CustomerID int64
 	Amount     money.Amount
-	Status     string
+	Status     ClaimStatus
 	ClaimedAt  time.Time
 	// Attempt is the claim_token of the attempt that created the claim.
 	Attempt uuid.UUID
@@ -47,8 +40,11 @@ ON CONFLICT DO NOTHING RETURNING event_id`
 	// and the row of another order holding the event_id, if any.
 	lookupSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token FROM charge
 WHERE order_id = ANY($1) OR event_id = ANY($2)`
-	releaseSQL = `DELETE FROM charge c USING unnest($1::bigint[], $2::uuid[]) AS v(o, e)
-WHERE c.order_id = v.o AND c.event_id = v.e AND c.status = 'pending'`
+	// releaseSQL is the release rule on the row itself: only the creating
+	// attempt's token, and only while no other attempt recorded a send.
+	releaseSQL = `DELETE FROM charge c USING unnest($1::bigint[], $2::uuid[], $3::uuid[]) AS v(o, e, t)
+WHERE c.order_id = v.o AND c.event_id = v.e AND c.claim_token = v.t AND c.others_sent_at IS NULL AND c.status = 'pending'
+RETURNING c.event_id`
 	blockSQL = `UPDATE charge c SET status = 'blocked', last_error = $3 FROM unnest($1::bigint[], $2::uuid[]) AS v(o, e)
 WHERE c.order_id = v.o AND c.event_id = v.e AND c.status = 'pending'`
 )
@@ -66,14 +62,23 @@ const (
 	// verdictReclaim: no row stopped the claim after all (its owner
 	// released it meanwhile): claim again.
 	verdictReclaim
+	// verdictBlock: the row is the event's own pending claim, too old to
+	// re-send (NextClaimStatus): block it; the event is a Conflict.
+	verdictBlock
 )
 
 // decide is the one place that says what an existing claim means for ev,
 // for the single and the batched path alike. found is false when the
-// claim's insert conflicted but no row turned up. ev's own pending claim
-// older than blockAfter (when positive) at now is not charged again: the
-// provider may have forgotten its key.
+// claim's insert conflicted but no row turned up. Whether ev's own pending
+// claim is sent again is NextClaimStatus's: not when it is older than
+// blockAfter at now (the provider may have forgotten its key).
 func decide(row Claim, found bool, ev events.OrderConfirmed, now time.Time, blockAfter time.Duration) (verdict, Outcome, error) {
+	own := found && row.OrderID == ev.OrderID && row.EventID == ev.EventID && row.Status == ClaimPending &&
+		row.Amount == ev.TotalAmount && row.CustomerID == ev.CustomerID
+	if own && NextClaimStatus(ClaimFacts{Answer: AnswerNone, Age: now.Sub(row.ClaimedAt), BlockAfter: blockAfter}) == ClaimBlocked {
+		return verdictBlock, "", fault.Errorf(fault.Conflict, "order %d: the claim of event %s is %s old, past the block-after limit: its request is not re-sent (the provider may have forgotten the key); blocked, an operator decides",
+			ev.OrderID, ev.EventID, now.Sub(row.ClaimedAt).Round(time.Second))
+	}
 	switch {
 	case !found:
 		return verdictReclaim, "", nil
@@ -82,16 +87,13 @@ func decide(row Claim, found bool, ev events.OrderConfirmed, now time.Time, bloc
 	case row.EventID == ev.EventID && (row.Amount != ev.TotalAmount || row.CustomerID != ev.CustomerID):
 		return verdictDone, "", fault.Errorf(fault.Conflict, "event %s claimed order %d with other parameters (customer %d, amount %s)",
 			ev.EventID, ev.OrderID, row.CustomerID, row.Amount)
-	case row.Status == statusBlocked:
+	case row.Status == ClaimBlocked:
 		return verdictDone, "", fault.Errorf(fault.Conflict, "order %d: the claim of event %s is blocked; an operator must decide", ev.OrderID, row.EventID)
-	case row.EventID == ev.EventID && row.Status == statusPending && blockAfter > 0 && now.Sub(row.ClaimedAt) > blockAfter:
-		return verdictDone, "", fault.Errorf(fault.Conflict, "order %d: the claim of event %s is %s old, past the block-after limit: its request is not re-sent (the provider may have forgotten the key); the completer blocks it, an operator decides",
-			ev.OrderID, ev.EventID, now.Sub(row.ClaimedAt).Round(time.Second))
-	case row.EventID == ev.EventID && row.Status == statusPending:
+	case own:
 		return verdictCharge, "", nil
 	case row.EventID == ev.EventID:
 		return verdictDone, Duplicate, nil
-	case row.Status == statusPending:
+	case row.Status == ClaimPending:
 		return verdictDone, "", fault.Errorf(fault.Busy, "order %d is claimed by event %s, whose charge is not settled yet", ev.OrderID, row.EventID)
 	case row.Amount != ev.TotalAmount || row.CustomerID != ev.CustomerID:
 		return verdictDone, "", fault.Errorf(fault.Conflict, "order %d already charged by event %s with other parameters", ev.OrderID, row.EventID)
@@ -192,6 +194,9 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 			// Our own claim: created by this attempt when an earlier try of
 			// it lost the claim statement's answer, or a retry of it.
 			out[i] = claimed{charge: true, created: row.Attempt == attempts[i].id}
+		case verdictBlock:
+			s.block(ctx, []events.OrderConfirmed{ev}, err.Error())
+			out[i] = claimed{err: err}
 		default:
 			out[i] = claimed{res: Result{Outcome: outcome}, err: err}
 			if outcome == DuplicateOrder {
@@ -246,11 +251,12 @@ func (s *Service) lookup(ctx context.Context, evs []events.OrderConfirmed, idx [
 // claimed_at and claim_token.
 func scanClaim(row pgx.CollectableRow) (Claim, error) {
 	var c Claim
-	var amount string
+	var amount, status string
 	var token pgtype.UUID // NULL for claims made before claim_token existed
-	if err := row.Scan(&c.OrderID, (*[16]byte)(&c.EventID), &c.CustomerID, &amount, &c.Status, &c.ClaimedAt, &token); err != nil {
+	if err := row.Scan(&c.OrderID, (*[16]byte)(&c.EventID), &c.CustomerID, &amount, &status, &c.ClaimedAt, &token); err != nil {
 		return Claim{}, err
 	}
+	c.Status = ClaimStatus(status)
 	if token.Valid {
 		c.Attempt = token.Bytes
 	}
@@ -262,31 +268,92 @@ func scanClaim(row pgx.CollectableRow) (Claim, error) {
 	return c, nil
 }
 
-// settleRefused records, on its own, what a failed charge leaves in the
-// ledger: a definite refusal of a request made by the attempt that created
-// the claim deletes it (no money moved); a 422 blocks it for an operator.
-// Anything else leaves it pending. It is best effort: when it fails, the
-// claim stays pending, which is always safe.
-func (s *Service) settleRefused(ctx context.Context, release, block []events.OrderConfirmed, why map[uuid.UUID]string) {
-	run := func(sql string, evs []events.OrderConfirmed, args ...any) {
-		if len(evs) == 0 {
-			return
-		}
-		orders, ids := make([]int64, len(evs)), make([][16]byte, len(evs))
-		for k, ev := range evs {
-			orders[k], ids[k] = ev.OrderID, ev.EventID
-		}
-		wctx, cancel := s.detached(ctx)
-		defer cancel()
-		if _, err := s.db.Exec(wctx, sql, append([]any{orders, ids}, args...)...); err != nil {
-			s.logger.WarnContext(ctx, "claim left pending: settling it failed", "orders", orders, "err", err)
-		}
+// markSent records durably, in a statement committed on its own before
+// any request leaves the process, that an attempt other than the creator
+// sends the requests of evs[idx] (charge.others_sent_at), and returns the
+// event ids whose claims are still pending: only those may be sent. From
+// then on the creator can no longer release them (releaseSQL). Its error
+// means that nothing may be sent.
+func (s *Service) markSent(ctx context.Context, evs []events.OrderConfirmed, idx []int) (map[uuid.UUID]bool, error) {
+	orders, ids := make([]int64, len(idx)), make([][16]byte, len(idx))
+	for k, i := range idx {
+		orders[k], ids[k] = evs[i].OrderID, evs[i].EventID
 	}
-	run(releaseSQL, release)
-	for _, ev := range block {
-		// One statement each: the reason is the event's own.
-		run(blockSQL, []events.OrderConfirmed{ev}, why[ev.EventID])
+	return markSent(ctx, s.db, s.dbTimeout, orders, ids)
+}
+
+// markSentSQL sets others_sent_at on the pending claims of the pairs given.
+const markSentSQL = `UPDATE charge c SET others_sent_at = coalesce(c.others_sent_at, now())
+FROM unnest($1::bigint[], $2::uuid[]) AS v(o, e)
+WHERE c.order_id = v.o AND c.event_id = v.e AND c.status = 'pending' RETURNING c.event_id`
+
+// querier is what markSent needs: a pool, or one of its connections.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// markSent is Service.markSent's statement, shared with the completer.
+func markSent(ctx context.Context, db querier, timeout time.Duration, orders []int64, ids [][16]byte) (map[uuid.UUID]bool, error) {
+	mctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	rows, err := db.Query(mctx, markSentSQL, orders, ids)
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("record the send of %d claims: %w", len(orders), err))
+	}
+	marked, err := dedup.CollectUUIDs(rows)
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("record the send of %d claims: %w", len(orders), err))
+	}
+	pending := make(map[uuid.UUID]bool, len(marked))
+	for _, id := range marked {
+		pending[id] = true
+	}
+	return pending, nil
+}
+
+// release deletes the claims of evs, each created by the attempt whose
+// claim_token is tokens[k], as far as the release rule still allows on the
+// row (releaseSQL), and returns the event ids released. It is best effort:
+// when it fails, the claims stay pending, which is always safe.
+func (s *Service) release(ctx context.Context, evs []events.OrderConfirmed, tokens [][16]byte) map[uuid.UUID]bool {
+	if len(evs) == 0 {
+		return nil
+	}
+	orders, ids := make([]int64, len(evs)), make([][16]byte, len(evs))
+	for k, ev := range evs {
+		orders[k], ids[k] = ev.OrderID, ev.EventID
+	}
+	wctx, cancel := s.detached(ctx)
+	defer cancel()
+	rows, err := s.db.Query(wctx, releaseSQL, orders, ids, tokens)
+	var released []uuid.UUID
+	if err == nil {
+		released, err = dedup.CollectUUIDs(rows)
+	}
+	if err != nil {
+		s.logger.WarnContext(ctx, "claims left pending: releasing them failed", "orders", orders, "err", err)
+		return nil
+	}
+	done := make(map[uuid.UUID]bool, len(released))
+	for _, id := range released {
+		done[id] = true
+	}
+	return done
+}
+
+// block marks the pending claims of evs blocked for an operator, each
+// with why as its last error, on its own, and logs each. Best effort, like
+// release.
+func (s *Service) block(ctx context.Context, evs []events.OrderConfirmed, why string) {
+	for _, ev := range evs {
+		wctx, cancel := s.detached(ctx)
+		_, err := s.db.Exec(wctx, blockSQL, []int64{ev.OrderID}, [][16]byte{ev.EventID}, why)
+		cancel()
+		if err != nil {
+			s.logger.WarnContext(ctx, "claim left pending: blocking it failed", "order_id", ev.OrderID, "err", err)
+			continue
+		}
 		s.logger.ErrorContext(ctx, "ledger claim blocked: an operator must decide", "order_id", ev.OrderID,
-			"event_id", ev.EventID, "reason", why[ev.EventID])
+			"event_id", ev.EventID, "reason", why)
 	}
 }

@@ -224,13 +224,13 @@ func TestRedeliveryDoesNotResendAClaimPastBlockAfter(t *testing.T) {
 }
 
 // The steps of a redelivery whose first attempt left its claim pending
-// (a 5xx: nothing taken): the claim finds the event's own row, the charge
-// transaction holds the claim before sending.
-var redeliverySteps = []string{"claim", "ledger lookup", "begin", "dedup insert", "claim hold", "charge", "record", "commit"}
+// (a 5xx: nothing taken): the claim finds the event's own row, the send is
+// recorded (committed) before the charge transaction begins.
+var redeliverySteps = []string{"claim", "ledger lookup", "mark sent", "begin", "dedup insert", "charge", "record", "commit"}
 
 // TestCrashAtEveryStepOfARedelivery is TestCrashAtEveryStep for the
 // redelivery of an event with a pending claim: every step of its run,
-// the claim hold included, failed before and after, as a lost connection
+// the record of the send included, failed before and after, as a lost connection
 // and as a crash, then a distinct event for the order, the completer and
 // the redeliveries; the order is charged once.
 func TestCrashAtEveryStepOfARedelivery(t *testing.T) {
