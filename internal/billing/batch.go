@@ -239,6 +239,33 @@ func allDone(batch []request) (context.Context, context.CancelFunc) {
 // attempts[i] is the attempt batch[i] belongs to (see WithAttempt). The
 // charges run on pool (nil: a goroutine each).
 func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed, attempts []*attempt, pool *workers) []response {
+	out := s.processOnce(ctx, batch, attempts, pool)
+	// An event whose claim moved between its lookup and the record of its
+	// send (its own earlier delivery just charged it, or its creator
+	// released it) is decided again: a duplicate or a fresh claim, at once.
+	for range 2 {
+		var again []int
+		for i, r := range out {
+			if errors.Is(r.err, errMovedMeanwhile) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		evs, atts := make([]events.OrderConfirmed, len(again)), make([]*attempt, len(again))
+		for k, i := range again {
+			evs[k], atts[k] = batch[i], attempts[i]
+		}
+		for k, r := range s.processOnce(ctx, evs, atts, pool) {
+			out[again[k]] = r
+		}
+	}
+	return out
+}
+
+// processOnce is one round of processAll.
+func (s *Service) processOnce(ctx context.Context, batch []events.OrderConfirmed, attempts []*attempt, pool *workers) []response {
 	out := make([]response, len(batch))
 	// The same event twice in one batch (a redelivery beside its
 	// original): the later copy waits for the earlier one's outcome.

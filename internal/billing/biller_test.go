@@ -40,10 +40,16 @@ func forEachBiller(t *testing.T, f func(t *testing.T, k billerKind)) {
 	}
 }
 
-// biller returns an implementation of kind k over db and c.
+// biller returns an implementation of kind k over db and c, with the
+// tests' clock.
 func (e *env) biller(t *testing.T, k billerKind, db billing.DB, c billing.Charger) biller {
 	t.Helper()
-	svc := newService(t, db, c)
+	return e.billerOf(t, k, newService(t, db, c))
+}
+
+// billerOf returns svc as an implementation of kind k.
+func (e *env) billerOf(t *testing.T, k billerKind, svc *billing.Service) biller {
+	t.Helper()
 	if !k.batched {
 		return svc
 	}
@@ -75,7 +81,8 @@ func isCompanion(key string) bool {
 func (e *env) companion() events.OrderConfirmed {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	ev := event(int64(900_000+len(e.companions)), money.Amount(100+len(e.companions)))
+	e.made++
+	ev := event(int64(900_000+e.made), money.Amount(100+e.made))
 	e.companions = append(e.companions, ev)
 	companionKeys.Store(ev.EventID.String(), true)
 	return ev
@@ -86,7 +93,8 @@ func (e *env) companion() events.OrderConfirmed {
 func (e *env) settleCompanions(t *testing.T) {
 	t.Helper()
 	e.mu.Lock()
-	evs := append([]events.OrderConfirmed(nil), e.companions...)
+	evs := e.companions
+	e.companions = nil // each is settled and checked once
 	e.mu.Unlock()
 	for _, ev := range evs {
 		res, err := settle(context.Background(), t, e.svc, ev)

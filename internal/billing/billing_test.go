@@ -38,7 +38,8 @@ type env struct {
 	// companions are the events a batched biller billed beside the
 	// events under test (see biller_test.go).
 	mu         sync.Mutex
-	companions []events.OrderConfirmed
+	companions []events.OrderConfirmed // not yet checked
+	made       int                     // companions made so far
 }
 
 func (e *env) decline(order int64) bool { return e.declined[order] }

@@ -128,6 +128,11 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 	return out, nil
 }
 
+// errMovedMeanwhile is the error of an event whose claim was released or
+// settled between its lookup and markSent: nothing was sent, and
+// processAll decides it again from the ledger at once.
+var errMovedMeanwhile = errors.New("the claim was released or settled before its request was sent; nothing sent, deciding again")
+
 // recordSends runs markSent for the events that did not create their
 // claims and returns the indexes of the events that may be charged: those
 // that created their claim, and those whose claim is still pending. The
@@ -157,8 +162,7 @@ func (s *Service) recordSends(ctx context.Context, evs []events.OrderConfirmed, 
 			may = append(may, i)
 			continue
 		}
-		out[i].err = fault.Errorf(fault.Transient, "order %d: the claim of event %s was released or settled before its request was sent; nothing sent, deciding again",
-			ev.OrderID, ev.EventID)
+		out[i].err = fault.New(fault.Transient, fmt.Errorf("order %d: %w", ev.OrderID, errMovedMeanwhile))
 	}
 	return may, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/paysim"
 )
 
 // The claim protocol's steps, as a clean run of one fresh event makes
@@ -23,15 +24,17 @@ var protocol = []string{"claim", "begin", "dedup insert", "charge", "record", "c
 // TestProtocolSteps asserts that the enumeration above is the protocol, so
 // that the crash-point tests cover every step by construction.
 func TestProtocolSteps(t *testing.T) {
-	e := newEnv(t, "secret-token")
-	in := newInjector()
-	svc := newService(t, faultDB{e.pool, in}, faultCharger{e.charger, in})
-	if res, err := svc.Process(context.Background(), event(7000, 100)); err != nil || res.Outcome != billing.Charged {
-		t.Fatalf("clean run: %+v, %v", res, err)
-	}
-	if got := in.trace(); !slices.Equal(got, protocol) {
-		t.Fatalf("protocol steps = %q, want %q", got, protocol)
-	}
+	forEachBiller(t, func(t *testing.T, k billerKind) {
+		e := newEnv(t, "secret-token")
+		in := newInjector()
+		svc := e.biller(t, k, faultDB{e.pool, in}, faultCharger{e.charger, in})
+		if res, err := svc.Process(context.Background(), event(7000, 100)); err != nil || res.Outcome != billing.Charged {
+			t.Fatalf("clean run: %+v, %v", res, err)
+		}
+		if got := in.trace(); !slices.Equal(got, protocol) {
+			t.Fatalf("protocol steps = %q, want %q", got, protocol)
+		}
+	})
 }
 
 // For every step, fail the connection or the process exactly there, before
@@ -41,8 +44,12 @@ func TestProtocolSteps(t *testing.T) {
 // does — the completer's pass and the redelivery of both events by a
 // restarted process. SPEC §6/§9 must hold: the provider took exactly one
 // charge, the ledger holds one charged row with that charge's id, and no
-// claim is left unsettled.
+// claim is left unsettled. It runs against both billers (biller_test.go).
 func TestCrashAtEveryStep(t *testing.T) {
+	forEachBiller(t, func(t *testing.T, k billerKind) { crashAtEveryStep(t, k) })
+}
+
+func crashAtEveryStep(t *testing.T, kind billerKind) {
 	e := newEnv(t, "secret-token")
 	order := int64(7100)
 	for k, step := range append(protocol, "offset") {
@@ -55,7 +62,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 					order++
 					name := fmt.Sprintf("%s/%s/after=%v/completer-first=%v", step, mode, after, completerFirst)
 					t.Run(name, func(t *testing.T) {
-						crashAt(t, e, order, k, after, mode, completerFirst)
+						crashAt(t, e, kind, order, k, after, mode, completerFirst)
 					})
 				}
 			}
@@ -63,14 +70,14 @@ func TestCrashAtEveryStep(t *testing.T) {
 	}
 }
 
-func crashAt(t *testing.T, e *env, order int64, k int, after bool, mode faultMode, completerFirst bool) {
+func crashAt(t *testing.T, e *env, kind billerKind, order int64, k int, after bool, mode faultMode, completerFirst bool) {
 	ev := event(order, 4321)
 	in := newInjector()
 	in.failAt, in.after, in.mode = k, after, mode
 	if k == len(protocol) {
 		in.failAt = -1 // the offset: Process finishes, the commit is lost
 	}
-	svc := newService(t, faultDB{e.pool, in}, faultCharger{e.charger, in})
+	svc := e.biller(t, kind, faultDB{e.pool, in}, faultCharger{e.charger, in})
 	ctx := billing.WithAttempt(context.Background()) // the delivery and its retries
 	res, err := svc.Process(ctx, ev)
 	t.Logf("faulty run: %+v, %v (ops %q)", res, err, in.trace())
@@ -83,7 +90,7 @@ func crashAt(t *testing.T, e *env, order int64, k int, after bool, mode faultMod
 	// Another replica gets a distinct event for the order now. It may
 	// charge only if the first event's claim never committed.
 	ctx = context.Background() // another process: other attempts
-	fresh := newService(t, e.pool, e.charger)
+	fresh := e.biller(t, kind, e.pool, e.charger)
 	other := event(order, 4321)
 	ores, oerr := fresh.Process(ctx, other)
 	t.Logf("other event meanwhile: %+v, %v", ores, oerr)
@@ -107,18 +114,20 @@ func crashAt(t *testing.T, e *env, order int64, k int, after bool, mode faultMod
 // its step i, the second run until its step j (or its end, or until it
 // waits in Postgres), then the first resumed, then the second. Whatever
 // the interleaving, the order is charged once: one event charged, the
-// other a duplicate_order.
+// other a duplicate_order. It runs against both billers.
 func TestTwoEventsInterleavedAtEveryPairOfSteps(t *testing.T) {
-	e := newEnv(t, "secret-token")
-	order := int64(7500)
-	for i := range len(protocol) + 1 {
-		for j := range len(protocol) + 1 {
-			order++
-			t.Run(fmt.Sprintf("first-before-%d/second-before-%d", i, j), func(t *testing.T) {
-				interleave(t, e, order, i, j)
-			})
+	forEachBiller(t, func(t *testing.T, k billerKind) {
+		e := newEnv(t, "secret-token")
+		order := int64(7500)
+		for i := range len(protocol) + 1 {
+			for j := range len(protocol) + 1 {
+				order++
+				t.Run(fmt.Sprintf("first-before-%d/second-before-%d", i, j), func(t *testing.T) {
+					interleave(t, e, k, order, i, j)
+				})
+			}
 		}
-	}
+	})
 }
 
 // gated runs Process on its own goroutine, pausing before operation k
@@ -129,7 +138,7 @@ type gated struct {
 	err                    error
 }
 
-func startGated(e *env, t *testing.T, ev events.OrderConfirmed, k int) *gated {
+func startGated(e *env, t *testing.T, kind billerKind, ev events.OrderConfirmed, k int) *gated {
 	g := &gated{reached: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
 	in := newInjector()
 	var once sync.Once
@@ -139,7 +148,7 @@ func startGated(e *env, t *testing.T, ev events.OrderConfirmed, k int) *gated {
 			<-g.release
 		}
 	}
-	svc := newService(t, faultDB{e.pool, in}, faultCharger{e.charger, in})
+	svc := e.biller(t, kind, faultDB{e.pool, in}, faultCharger{e.charger, in})
 	go func() {
 		defer close(g.done)
 		g.res, g.err = svc.Process(context.Background(), ev)
@@ -157,11 +166,11 @@ func (g *gated) waitReached() {
 	}
 }
 
-func interleave(t *testing.T, e *env, order int64, i, j int) {
+func interleave(t *testing.T, e *env, kind billerKind, order int64, i, j int) {
 	first, second := event(order, 999), event(order, 999)
-	a := startGated(e, t, first, i)
+	a := startGated(e, t, kind, first, i)
 	a.waitReached()
-	b := startGated(e, t, second, j)
+	b := startGated(e, t, kind, second, j)
 	b.waitReached()
 	close(a.release)
 	select { // the first may wait in Postgres on a lock the paused second holds
@@ -173,7 +182,7 @@ func interleave(t *testing.T, e *env, order int64, i, j int) {
 	<-b.done
 	// Whatever was Busy waits and tries again, as the pipeline does.
 	ctx := context.Background()
-	svc := newService(t, e.pool, e.charger)
+	svc := e.biller(t, kind, e.pool, e.charger)
 	outcomes := map[billing.Outcome]int{}
 	for _, g := range []struct {
 		ev  events.OrderConfirmed
@@ -197,6 +206,7 @@ func interleave(t *testing.T, e *env, order int64, i, j int) {
 	if n := e.sim.ChargesFor(order); n != 1 {
 		t.Fatalf("provider took %d charges for order %d, want 1", n, order)
 	}
+	e.settleCompanions(t)
 }
 
 // completePass runs one completer pass as if later by age.
@@ -234,4 +244,67 @@ func (e *env) assertChargedOnce(t *testing.T, ev events.OrderConfirmed) {
 	if err := e.pool.QueryRow(context.Background(), "SELECT count(*) FROM charge WHERE status <> 'charged'").Scan(&pending); err != nil || pending != 0 {
 		t.Fatalf("unsettled claims = %d, %v; want 0", pending, err)
 	}
+}
+
+// The steps of a redelivery whose first attempt left its claim pending
+// (a 5xx: nothing taken): the claim finds the event's own row, the send is
+// recorded (committed) before the charge transaction begins.
+var redeliverySteps = []string{"claim", "ledger lookup", "mark sent", "begin", "dedup insert", "charge", "record", "commit"}
+
+// TestCrashAtEveryStepOfARedelivery is TestCrashAtEveryStep for the
+// redelivery of an event with a pending claim: every step of its run,
+// the record of the send included, failed before and after, as a lost connection
+// and as a crash, then a distinct event for the order, the completer and
+// the redeliveries; the order is charged once.
+func TestCrashAtEveryStepOfARedelivery(t *testing.T) {
+	forEachBiller(t, func(t *testing.T, k billerKind) {
+		e := newEnv(t, "secret-token")
+		t.Run("steps", func(t *testing.T) {
+			ev := event(8300, 100)
+			e.pendingClaim(t, ev, paysim.Faults{ErrorRate: 1})
+			in := newInjector()
+			svc := e.biller(t, k, faultDB{e.pool, in}, faultCharger{e.charger, in})
+			if res, err := svc.Process(context.Background(), ev); err != nil || res.Outcome != billing.Charged {
+				t.Fatalf("clean redelivery: %+v, %v", res, err)
+			}
+			if got := in.trace(); !slices.Equal(got, redeliverySteps) {
+				t.Fatalf("redelivery steps = %q, want %q", got, redeliverySteps)
+			}
+		})
+		order := int64(8300)
+		for n, step := range redeliverySteps {
+			for _, after := range []bool{false, true} {
+				for _, mode := range []faultMode{connLost, crash} {
+					order++
+					t.Run(fmt.Sprintf("%s/%s/after=%v", step, mode, after), func(t *testing.T) {
+						ev := event(order, 4321)
+						e.pendingClaim(t, ev, paysim.Faults{ErrorRate: 1})
+						in := newInjector()
+						in.failAt, in.after, in.mode = n, after, mode
+						svc := e.biller(t, k, faultDB{e.pool, in}, faultCharger{e.charger, in})
+						ctx := context.Background()
+						res, err := svc.Process(ctx, ev)
+						t.Logf("faulty run: %+v, %v (ops %q)", res, err, in.trace())
+						if mode == connLost && err != nil {
+							if _, err := settle(ctx, t, svc, ev); err != nil && !fault.Is(err, fault.Transient) && !fault.Is(err, fault.Systemic) {
+								t.Fatalf("retry after the cut: %v", err)
+							}
+						}
+						fresh := e.biller(t, k, e.pool, e.charger)
+						other := event(order, 4321)
+						ores, oerr := fresh.Process(ctx, other)
+						t.Logf("other event meanwhile: %+v, %v", ores, oerr)
+						e.completePass(t, 2*time.Minute)
+						if res, err = settle(ctx, t, fresh, ev); err != nil || (res.Outcome != billing.Charged && res.Outcome != billing.Duplicate) {
+							t.Fatalf("redelivery: %+v, %v; want charged or duplicate", res, err)
+						}
+						if ores, oerr = settle(ctx, t, fresh, other); oerr != nil || ores.Outcome != billing.DuplicateOrder {
+							t.Fatalf("the other event: %+v, %v; want duplicate_order", ores, oerr)
+						}
+						e.assertChargedOnce(t, ev)
+					})
+				}
+			}
+		}
+	})
 }

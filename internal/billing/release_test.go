@@ -230,3 +230,319 @@ func TestVanishedClaimIsTheOnlyConflictOfItsBatch(t *testing.T) {
 		t.Errorf("the vanished claim's event has %d processed_event rows; want 0 (it is dead-lettered, not done)", n)
 	}
 }
+
+// gatewayNotFound is a client to a gateway in front of the provider that
+// answers every charge 404 (a deploy, a wrong route): a definite refusal
+// that stores nothing under the key.
+func gatewayNotFound(t *testing.T) *payment.Client {
+	t.Helper()
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"error":{"code":"no_route"}}`, http.StatusNotFound)
+	}))
+	t.Cleanup(gw.Close)
+	c, err := payment.New(payment.Config{BaseURL: gw.URL, Token: "secret-token", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Two deliveries of one event at once (a rebalance: the old owner still
+// billing, the new one starting from the committed offset). The first
+// creates the claim; its request is refused by something in front of the
+// provider (a gateway's 404 during a deploy: a definite refusal, nothing
+// stored under the key), so it releases the claim. The second saw the
+// claim as its own pending one before the release, and sends the same
+// request, which the provider takes. The claim it charged under is gone:
+// the order must not be free for a third event to charge again.
+func TestRedeliverySendsAfterTheCreatorReleasedTheClaim(t *testing.T) {
+	forEachBiller(t, func(t *testing.T, k billerKind) {
+		e := newEnv(t, "secret-token")
+		gwClient := gatewayNotFound(t)
+		ev := event(8101, 1000)
+		firstSending, secondPastLookup := make(chan struct{}), make(chan struct{})
+		first := e.biller(t, k, e.pool, chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
+			if isCompanion(ch.IdempotencyKey) {
+				return e.charger.Charge(ctx, ch)
+			}
+			close(firstSending)
+			<-secondPastLookup
+			return gwClient.ForBilling().Charge(ctx, ch)
+		}))
+		in := newInjector()
+		in.gate = func(_ int, name string) {
+			if name == "dedup insert" { // the second delivery decided to charge its own pending claim
+				close(secondPastLookup)
+			}
+		}
+		second := e.biller(t, k, faultDB{e.pool, in}, e.charger)
+
+		ctx := context.Background()
+		firstErr := make(chan error, 1)
+		go func() { _, err := first.Process(ctx, ev); firstErr <- err }()
+		<-firstSending
+		res2, err2 := second.Process(ctx, ev)
+		if err := <-firstErr; !fault.Is(err, fault.Permanent) {
+			t.Fatalf("first delivery: %v; want permanent (the gateway's 404)", err)
+		}
+		t.Logf("second delivery: %+v, %v (ops %q)", res2, err2, in.trace())
+		if fault.Is(err2, fault.Transient) || fault.Is(err2, fault.Systemic) {
+			res2, err2 = settle(ctx, t, e.svc, ev) // the pipeline retries it
+			t.Logf("second delivery retried: %+v, %v", res2, err2)
+		}
+		// A distinct event for the order, from another record key.
+		other := event(8101, 1000)
+		ores, oerr := settle(ctx, t, e.svc, other)
+		t.Logf("other event: %+v, %v", ores, oerr)
+		if n := e.sim.ChargesFor(8101); n != 1 {
+			t.Fatalf("provider took %d charges for order 8101, want 1", n)
+		}
+		if err2 != nil || res2.Outcome != billing.Charged {
+			t.Fatalf("second delivery: %+v, %v; want charged", res2, err2)
+		}
+		e.assertChargedOnce(t, ev)
+	})
+}
+
+// The completer re-sends a claim whose creating attempt is still in flight
+// (its claim looks old: a replica's clock behind the completer's, or a
+// stalled process). The creator's request is refused by a gateway (a
+// definite refusal, nothing stored under the key) and it releases the
+// claim while the completer's request, same key, reaches the provider and
+// is charged. The order must stay claimed: no other event may charge it.
+func TestCompleterSendsWhileTheCreatorReleasesTheClaim(t *testing.T) {
+	forEachBiller(t, func(t *testing.T, k billerKind) {
+		e := newEnv(t, "secret-token")
+		gwClient := gatewayNotFound(t)
+		ev := event(8102, 1000)
+		firstSending, completerSending, firstDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		first := e.biller(t, k, e.pool, chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
+			if isCompanion(ch.IdempotencyKey) {
+				return e.charger.Charge(ctx, ch)
+			}
+			close(firstSending)
+			<-completerSending
+			return gwClient.ForBilling().Charge(ctx, ch)
+		}))
+		ctx := context.Background()
+		go func() { _, err := first.Process(ctx, ev); firstDone <- err }()
+		<-firstSending
+		var firstErr error
+		finished := false
+		c := &billing.Completer{Pool: e.pool, After: time.Minute, BlockAfter: time.Hour, Logger: discard(),
+			Now: func() time.Time { return now.Add(2 * time.Minute) },
+			Charger: chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
+				if isCompanion(ch.IdempotencyKey) {
+					return e.charger.Charge(ctx, ch)
+				}
+				close(completerSending)
+				// Send once the creator has released (finished) or waits to.
+				for deadline := time.Now().Add(20 * time.Second); !finished; {
+					select {
+					case firstErr = <-firstDone:
+						finished = true
+						continue
+					default:
+					}
+					if releaseWaits(t, e) {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Error("the creator neither finished nor waits to release after 20 s")
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				return e.charger.Charge(ctx, ch)
+			})}
+		rep, err := c.RunOnce(ctx, billing.PassOptions{})
+		t.Logf("completer pass: %+v, %v", rep.Settled, err)
+		if !finished {
+			firstErr = <-firstDone
+		}
+		t.Logf("creator: %v", firstErr)
+		other := event(8102, 1000)
+		ores, oerr := settle(ctx, t, e.svc, other)
+		t.Logf("other event: %+v, %v", ores, oerr)
+		if n := e.sim.ChargesFor(8102); n != 1 {
+			t.Fatalf("provider took %d charges for order 8102, want 1", n)
+		}
+		e.assertChargedOnce(t, ev)
+	})
+}
+
+// releaseWaits reports whether a release of a claim waits on a lock.
+func releaseWaits(t *testing.T, e *env) bool {
+	t.Helper()
+	var n int
+	err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM charge%'`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// A request of the attempt that created the claim timed out after the
+// provider took the money; the attempt's retry is refused by something in
+// front of the provider (a gateway's 404, a WAF's 403, a proxy's 407):
+// that refusal says nothing about the first request, so the claim must
+// stay. Released, it lets another event for the order charge it again.
+func TestRefusalAfterAnUnknownOutcomeOfTheSameAttemptKeepsTheClaim(t *testing.T) {
+	forEachBiller(t, func(t *testing.T, k billerKind) {
+		e := newEnv(t, "secret-token")
+		for n, refusal := range []*payment.Error{
+			{Status: 404, Kind: fault.Permanent},
+			{Status: 403, Kind: fault.Systemic},
+			{Status: 402, Kind: fault.Permanent, Code: "card_declined"},
+		} {
+			order := int64(9100 + n)
+			var calls atomic.Int32
+			c := chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
+				if isCompanion(ch.IdempotencyKey) {
+					return e.charger.Charge(ctx, ch)
+				}
+				if calls.Add(1) == 1 {
+					if _, err := e.charger.Charge(ctx, ch); err != nil {
+						t.Fatalf("order %d: first charge: %v", order, err)
+					}
+					return billing.ChargeResult{}, fault.New(fault.Transient, &payment.Error{Kind: fault.Transient, Err: context.DeadlineExceeded})
+				}
+				return billing.ChargeResult{}, fault.New(refusal.Kind, refusal)
+			})
+			svc := e.biller(t, k, e.pool, c)
+			ev := event(order, 500)
+			ctx := billing.WithAttempt(context.Background()) // one delivery and its retries
+			if _, err := svc.Process(ctx, ev); !fault.Is(err, fault.Transient) {
+				t.Fatalf("order %d, timed out: %v; want transient", order, err)
+			}
+			if _, err := svc.Process(ctx, ev); err == nil {
+				t.Fatalf("order %d, refused retry: no error", order)
+			}
+			if st := e.status(t, order); st != "pending" {
+				t.Errorf("order %d: after a timeout then %d in the same attempt, ledger status %q; want pending (the first request may have taken the money)",
+					order, refusal.Status, st)
+			}
+			other := event(order, 500) // another event for the same order
+			if res, err := e.svc.Process(context.Background(), other); err == nil && res.Outcome == billing.Charged {
+				t.Errorf("order %d: another event charged it again after %d released the claim: charged twice at the provider", order, refusal.Status)
+			}
+		}
+	})
+}
+
+// A 403 can come from a WAF that inspected the provider's response, after
+// the provider took the money (ModSecurity's response-phase rules deny
+// with 403). It is Systemic: the pipeline retries the same event without
+// limit, so a kept claim costs little, and a released one lets another
+// event for the order charge it again.
+func TestForbiddenKeepsTheClaim(t *testing.T) {
+	forEachBiller(t, func(t *testing.T, k billerKind) {
+		e := newEnv(t, "secret-token")
+		for n, status := range []int{403} {
+			order := int64(9200 + n)
+			c := chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
+				if isCompanion(ch.IdempotencyKey) {
+					return e.charger.Charge(ctx, ch)
+				}
+				if _, err := e.charger.Charge(ctx, ch); err != nil {
+					t.Fatalf("order %d: charge: %v", order, err)
+				}
+				return billing.ChargeResult{}, fault.New(fault.Systemic, &payment.Error{Status: status, Kind: fault.Systemic})
+			})
+			ev := event(order, 700)
+			if _, err := e.biller(t, k, e.pool, c).Process(billing.WithAttempt(context.Background()), ev); !fault.Is(err, fault.Systemic) {
+				t.Fatalf("order %d, %d: %v; want systemic", order, status, err)
+			}
+			if st := e.status(t, order); st != "pending" {
+				t.Errorf("order %d: after %d, ledger status %q; want pending", order, status, st)
+			}
+			other := event(order, 700)
+			if res, err := e.svc.Process(context.Background(), other); err == nil && res.Outcome == billing.Charged {
+				t.Errorf("order %d: another event charged it again after %d released the claim: charged twice at the provider", order, status)
+			}
+		}
+	})
+}
+
+// A decline after a 5xx leaves the claim pending, for the completer,
+// whether it comes in the same attempt (the pipeline's retries of one
+// delivery) or another (a redelivery after a crash): the 5xx may come
+// from a gateway while the first request is still in flight at the
+// provider, so the decline proves nothing about that earlier request
+// (see TestRefusalAfterAnUnknownOutcomeOfTheSameAttemptKeepsTheClaim).
+func TestDeclineAfterAnUnknownOutcome(t *testing.T) {
+	forEachBiller(t, func(t *testing.T, k billerKind) {
+		e := newEnv(t, "secret-token")
+		b := e.billerOf(t, k, e.svc)
+		for _, sameAttempt := range []bool{true, false} {
+			order := int64(8010)
+			if !sameAttempt {
+				order = 8011
+			}
+			ev := event(order, 300)
+			ctx := billing.WithAttempt(context.Background())
+			e.sim.SetFaults(paysim.Faults{ErrorRate: 1})
+			if _, err := b.Process(ctx, ev); !fault.Is(err, fault.Transient) {
+				t.Fatalf("under 5xx: %v; want transient", err)
+			}
+			e.sim.SetFaults(paysim.Faults{Decline: func(o int64) bool { return o == order }})
+			if !sameAttempt {
+				ctx = billing.WithAttempt(context.Background()) // the redelivery
+			}
+			if _, err := b.Process(ctx, ev); !fault.Is(err, fault.Permanent) {
+				t.Fatalf("declined: %v; want permanent", err)
+			}
+			if st := e.status(t, order); st != "pending" {
+				t.Errorf("same attempt %v: ledger status %q, want pending (not released)", sameAttempt, st)
+			}
+		}
+	})
+}
+
+// A claim made before claim_token existed (NULL) has no known creator: it
+// scans (the binary uuid scan takes the NULL), no attempt counts as its
+// creator, so a refusal does not release it, and the event's next
+// delivery charges it once, through the Batcher as through Process.
+func TestLegacyClaimWithoutToken(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	b := billing.NewBatcher(e.svc, billing.BatcherConfig{MaxBatch: 4, MaxInFlight: 2, Callers: 4})
+	defer b.Close()
+	for _, tc := range []struct {
+		name string
+		p    func(context.Context, events.OrderConfirmed) (billing.Result, error)
+		ev   events.OrderConfirmed
+	}{{"batcher", b.Process, event(14300, 500)}, {"process", e.svc.Process, event(14301, 500)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			_, err := e.pool.Exec(ctx, `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token)
+VALUES ($1, $2, $3, $4::numeric, $5, $5, 'pending', NULL)`, tc.ev.OrderID, tc.ev.EventID, tc.ev.CustomerID, tc.ev.TotalAmount.String(), now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.declined[tc.ev.OrderID] = true
+			e.sim.SetFaults(paysim.Faults{Decline: e.decline})
+			if _, err := tc.p(billing.WithAttempt(ctx), tc.ev); !fault.Is(err, fault.Permanent) {
+				t.Fatalf("declined charge: %v; want permanent", err)
+			}
+			if st := e.status(t, tc.ev.OrderID); st != "pending" {
+				t.Fatalf("after a refusal of a claim whose creator is unknown: status %q; want pending (kept)", st)
+			}
+			if n := e.sim.ChargesFor(tc.ev.OrderID); n != 0 {
+				t.Fatalf("declined order charged %d times", n)
+			}
+		})
+	}
+	ev := event(14302, 700)
+	if _, err := e.pool.Exec(context.Background(), `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token)
+VALUES ($1, $2, $3, $4::numeric, $5, $5, 'pending', NULL)`, ev.OrderID, ev.EventID, ev.CustomerID, ev.TotalAmount.String(), now); err != nil {
+		t.Fatal(err)
+	}
+	e.sim.SetFaults(paysim.Faults{})
+	if res, err := b.Process(billing.WithAttempt(context.Background()), ev); err != nil || res.Outcome != billing.Charged {
+		t.Fatalf("redelivery of a legacy claim's event: %+v, %v; want charged", res, err)
+	}
+	if n, _ := e.ledger(t, ev.OrderID); n != 1 || e.sim.ChargesFor(ev.OrderID) != 1 || e.status(t, ev.OrderID) != "charged" {
+		t.Fatalf("legacy claim: %d rows, %d charges, status %q; want 1, 1, charged", n, e.sim.ChargesFor(ev.OrderID), e.status(t, ev.OrderID))
+	}
+}

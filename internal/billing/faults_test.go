@@ -16,79 +16,93 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/pgtest"
 )
 
+// Faults of the charge path around the claim: a context ended between the
+// answer and the record, a forged body, a release racing a claim, a
+// connection gone silent.
+
 // A shutdown (drain deadline, SIGTERM) that cancels the context between the
 // provider's 2xx and the ledger write must not lose the charge: the record
 // and the commit run on a context that outlives it.
 func TestChargeTakenIsRecordedWhenTheContextEnds(t *testing.T) {
-	e := newEnv(t, "secret-token")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	svc := newService(t, e.pool, chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
-		r, err := e.charger.Charge(ctx, ch)
-		cancel() // SIGTERM arrives just as the provider's answer does
-		return r, err
-	}))
-	ev := event(8001, 1500)
-	res, err := svc.Process(ctx, ev)
-	if err != nil || res.Outcome != billing.Charged {
-		t.Fatalf("Process = %+v, %v; want charged", res, err)
-	}
-	if st := e.status(t, 8001); st != "charged" || e.processedRows(t, ev.EventID) != 1 {
-		t.Fatalf("ledger status %q, processed rows %d; want charged, 1", st, e.processedRows(t, ev.EventID))
-	}
+	forEachBiller(t, func(t *testing.T, k billerKind) {
+		e := newEnv(t, "secret-token")
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		svc := e.biller(t, k, e.pool, chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
+			r, err := e.charger.Charge(ctx, ch)
+			if isCompanion(ch.IdempotencyKey) {
+				return r, err
+			}
+			cancel() // SIGTERM arrives just as the provider's answer does
+			return r, err
+		}))
+		ev := event(8001, 1500)
+		res, err := svc.Process(ctx, ev)
+		if err != nil || res.Outcome != billing.Charged {
+			t.Fatalf("Process = %+v, %v; want charged", res, err)
+		}
+		if st := e.status(t, 8001); st != "charged" || e.processedRows(t, ev.EventID) != 1 {
+			t.Fatalf("ledger status %q, processed rows %d; want charged, 1", st, e.processedRows(t, ev.EventID))
+		}
+	})
 }
 
 // An event whose event_id matches a pending claim but whose amount differs
 // is a conflict, and nothing is charged with its body.
 func TestSameEventIDWithAnotherBodyIsConflict(t *testing.T) {
-	e := newEnv(t, "secret-token")
-	ev := event(8002, 1000)
-	e.sim.SetFaults(paysim.Faults{ErrorRate: 1}) // 500, nothing taken: the claim stays pending
-	if _, err := e.svc.Process(context.Background(), ev); !fault.Is(err, fault.Transient) {
-		t.Fatalf("first attempt: %v; want transient", err)
-	}
-	e.sim.SetFaults(paysim.Faults{})
-	forged := ev
-	forged.TotalAmount = 99900
-	if _, err := e.svc.Process(context.Background(), forged); !fault.Is(err, fault.Conflict) {
-		t.Fatalf("same event_id, other amount: %v; want conflict", err)
-	}
-	if n := e.sim.ChargesFor(8002); n != 0 {
-		t.Fatalf("provider took %d charges with the other body, want 0", n)
-	}
-	if res, err := e.svc.Process(context.Background(), ev); err != nil || res.Outcome != billing.Charged {
-		t.Fatalf("the real event: %+v, %v; want charged", res, err)
-	}
-	for _, c := range e.sim.Charges() {
-		if c.OrderID == 8002 && c.Amount != "10.00" {
-			t.Fatalf("charged %s, want 10.00", c.Amount)
+	forEachBiller(t, func(t *testing.T, k billerKind) {
+		e := newEnv(t, "secret-token")
+		b := e.billerOf(t, k, e.svc)
+		ev := event(8002, 1000)
+		e.sim.SetFaults(paysim.Faults{ErrorRate: 1}) // 500, nothing taken: the claim stays pending
+		if _, err := b.Process(context.Background(), ev); !fault.Is(err, fault.Transient) {
+			t.Fatalf("first attempt: %v; want transient", err)
 		}
-	}
+		e.sim.SetFaults(paysim.Faults{})
+		forged := ev
+		forged.TotalAmount = 99900
+		if _, err := b.Process(context.Background(), forged); !fault.Is(err, fault.Conflict) {
+			t.Fatalf("same event_id, other amount: %v; want conflict", err)
+		}
+		if n := e.sim.ChargesFor(8002); n != 0 {
+			t.Fatalf("provider took %d charges with the other body, want 0", n)
+		}
+		if res, err := b.Process(context.Background(), ev); err != nil || res.Outcome != billing.Charged {
+			t.Fatalf("the real event: %+v, %v; want charged", res, err)
+		}
+		for _, c := range e.sim.Charges() {
+			if c.OrderID == 8002 && c.Amount != "10.00" {
+				t.Fatalf("charged %s, want 10.00", c.Amount)
+			}
+		}
+	})
 }
 
 // A claim that conflicts, then finds no row because its owner released it
 // in between, is claimed again — not dead-lettered as a conflict.
 func TestClaimReleasedMeanwhileIsClaimedAgain(t *testing.T) {
-	e := newEnv(t, "secret-token")
-	first, second := event(8003, 700), event(8003, 700)
-	e.sim.SetFaults(paysim.Faults{ErrorRate: 1})
-	if _, err := e.svc.Process(context.Background(), first); !fault.Is(err, fault.Transient) {
-		t.Fatalf("first: %v; want transient (claim pending)", err)
-	}
-	e.sim.SetFaults(paysim.Faults{})
-	in := newInjector()
-	in.gate = func(_ int, name string) {
-		if name == "ledger lookup" { // the owner is refused and releases, just now
-			if _, err := e.pool.Exec(context.Background(), "DELETE FROM charge WHERE order_id = 8003"); err != nil {
-				t.Error(err)
+	forEachBiller(t, func(t *testing.T, k billerKind) {
+		e := newEnv(t, "secret-token")
+		first, second := event(8003, 700), event(8003, 700)
+		e.sim.SetFaults(paysim.Faults{ErrorRate: 1})
+		if _, err := e.svc.Process(context.Background(), first); !fault.Is(err, fault.Transient) {
+			t.Fatalf("first: %v; want transient (claim pending)", err)
+		}
+		e.sim.SetFaults(paysim.Faults{})
+		in := newInjector()
+		in.gate = func(_ int, name string) {
+			if name == "ledger lookup" { // the owner is refused and releases, just now
+				if _, err := e.pool.Exec(context.Background(), "DELETE FROM charge WHERE order_id = 8003"); err != nil {
+					t.Error(err)
+				}
 			}
 		}
-	}
-	svc := newService(t, faultDB{e.pool, in}, e.charger)
-	res, err := svc.Process(context.Background(), second)
-	if err != nil || res.Outcome != billing.Charged {
-		t.Fatalf("second after the release: %+v, %v; want charged (ops %q)", res, err, in.trace())
-	}
+		svc := e.biller(t, k, faultDB{e.pool, in}, e.charger)
+		res, err := svc.Process(context.Background(), second)
+		if err != nil || res.Outcome != billing.Charged {
+			t.Fatalf("second after the release: %+v, %v; want charged (ops %q)", res, err, in.trace())
+		}
+	})
 }
 
 // A database connection that silently stops answering (packets dropped,
@@ -222,37 +236,5 @@ func (p *freezingProxy) freeze() {
 	case <-p.frozen:
 	default:
 		close(p.frozen)
-	}
-}
-
-// A decline after a 5xx leaves the claim pending, for the completer,
-// whether it comes in the same attempt (the pipeline's retries of one
-// delivery) or another (a redelivery after a crash): the 5xx may come
-// from a gateway while the first request is still in flight at the
-// provider, so the decline proves nothing about that earlier request
-// (see TestRefusalAfterAnUnknownOutcomeOfTheSameAttemptKeepsTheClaim).
-func TestDeclineAfterAnUnknownOutcome(t *testing.T) {
-	e := newEnv(t, "secret-token")
-	for _, sameAttempt := range []bool{true, false} {
-		order := int64(8010)
-		if !sameAttempt {
-			order = 8011
-		}
-		ev := event(order, 300)
-		ctx := billing.WithAttempt(context.Background())
-		e.sim.SetFaults(paysim.Faults{ErrorRate: 1})
-		if _, err := e.svc.Process(ctx, ev); !fault.Is(err, fault.Transient) {
-			t.Fatalf("under 5xx: %v; want transient", err)
-		}
-		e.sim.SetFaults(paysim.Faults{Decline: func(int64) bool { return true }})
-		if !sameAttempt {
-			ctx = billing.WithAttempt(context.Background()) // the redelivery
-		}
-		if _, err := e.svc.Process(ctx, ev); !fault.Is(err, fault.Permanent) {
-			t.Fatalf("declined: %v; want permanent", err)
-		}
-		if st := e.status(t, order); st != "pending" {
-			t.Errorf("same attempt %v: ledger status %q, want pending (not released)", sameAttempt, st)
-		}
 	}
 }

@@ -13,8 +13,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/paysim"
 )
 
-// Tests of issue 14's review: the Batcher's worker pool, its lifecycle and
-// the binary uuid scans.
+// Tests of the Batcher's own machinery: its lifecycle and its worker pool.
 
 // Close may be called more than once, as before the worker pool: the
 // second call returns once the first is done, and Process after it says
@@ -105,52 +104,5 @@ func TestBatcherWorkerPoolOverflowExactlyOnce(t *testing.T) {
 		if want, answered := byKey[ev.EventID.String()], got[ev.EventID.String()]; answered != want {
 			t.Errorf("order %d: answered charge id %q, the provider's for its key is %q", ev.OrderID, answered, want)
 		}
-	}
-}
-
-// A claim made before claim_token existed (NULL) has no known creator: it
-// scans (the binary uuid scan takes the NULL), no attempt counts as its
-// creator, so a refusal does not release it, and the event's next
-// delivery charges it once, through the Batcher as through Process.
-func TestLegacyClaimWithoutToken(t *testing.T) {
-	e := newEnv(t, "secret-token")
-	b := billing.NewBatcher(e.svc, billing.BatcherConfig{MaxBatch: 4, MaxInFlight: 2, Callers: 4})
-	defer b.Close()
-	for _, tc := range []struct {
-		name string
-		p    func(context.Context, events.OrderConfirmed) (billing.Result, error)
-		ev   events.OrderConfirmed
-	}{{"batcher", b.Process, event(14300, 500)}, {"process", e.svc.Process, event(14301, 500)}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			_, err := e.pool.Exec(ctx, `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token)
-VALUES ($1, $2, $3, $4::numeric, $5, $5, 'pending', NULL)`, tc.ev.OrderID, tc.ev.EventID, tc.ev.CustomerID, tc.ev.TotalAmount.String(), now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e.declined[tc.ev.OrderID] = true
-			e.sim.SetFaults(paysim.Faults{Decline: e.decline})
-			if _, err := tc.p(billing.WithAttempt(ctx), tc.ev); !fault.Is(err, fault.Permanent) {
-				t.Fatalf("declined charge: %v; want permanent", err)
-			}
-			if st := e.status(t, tc.ev.OrderID); st != "pending" {
-				t.Fatalf("after a refusal of a claim whose creator is unknown: status %q; want pending (kept)", st)
-			}
-			if n := e.sim.ChargesFor(tc.ev.OrderID); n != 0 {
-				t.Fatalf("declined order charged %d times", n)
-			}
-		})
-	}
-	ev := event(14302, 700)
-	if _, err := e.pool.Exec(context.Background(), `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token)
-VALUES ($1, $2, $3, $4::numeric, $5, $5, 'pending', NULL)`, ev.OrderID, ev.EventID, ev.CustomerID, ev.TotalAmount.String(), now); err != nil {
-		t.Fatal(err)
-	}
-	e.sim.SetFaults(paysim.Faults{})
-	if res, err := b.Process(billing.WithAttempt(context.Background()), ev); err != nil || res.Outcome != billing.Charged {
-		t.Fatalf("redelivery of a legacy claim's event: %+v, %v; want charged", res, err)
-	}
-	if n, _ := e.ledger(t, ev.OrderID); n != 1 || e.sim.ChargesFor(ev.OrderID) != 1 || e.status(t, ev.OrderID) != "charged" {
-		t.Fatalf("legacy claim: %d rows, %d charges, status %q; want 1, 1, charged", n, e.sim.ChargesFor(ev.OrderID), e.status(t, ev.OrderID))
 	}
 }
