@@ -69,6 +69,7 @@ func (s *service) loops() []loop {
 				s.m.LedgerClaims.WithLabelValues("pending").Set(float64(u.Pending))
 				s.m.LedgerClaims.WithLabelValues("blocked").Set(float64(u.Blocked))
 				s.m.LedgerOldestPending.Set(u.OldestPending.Seconds())
+				s.m.ParkedEvents.Set(float64(u.Parked))
 			})
 		}},
 		{"dlq backlog", func(ctx context.Context) {

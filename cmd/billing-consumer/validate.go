@@ -188,6 +188,10 @@ func (c config) validatePayment(v problem) {
 	if c.OutageAfter < 0 || c.OutageAfter > time.Hour {
 		v("OUTAGE_AFTER", "must be between 0s and 1h, got %s", c.OutageAfter)
 	}
+	if c.ParkAfter != 0 && (c.ParkAfter <= c.PaymentTimeout || c.RetryBudget > 0 && c.ParkAfter >= c.RetryBudget) {
+		v("PARK_AFTER", "must be 0 (never park) or above BILLING_PAYMENT_TIMEOUT (%s) and below BILLING_RETRY_BUDGET (%s), got %s",
+			c.PaymentTimeout, c.RetryBudget, c.ParkAfter)
+	}
 	if c.RetryBudget > 0 && c.OutageAfter > 0 && c.RetryBudget <= c.OutageAfter {
 		v("RETRY_BUDGET", "must exceed BILLING_OUTAGE_AFTER (%s), or an event failing alone is exhausted before the outage is seen, got %s",
 			c.OutageAfter, c.RetryBudget)

@@ -57,14 +57,22 @@ type Completer struct {
 	// DBTimeout bounds each statement; zero means 10 s.
 	DBTimeout time.Duration
 	// Limit is the most claims settled in one pass; zero means 100.
-	Limit  int
-	Now    func() time.Time
-	Logger *slog.Logger
+	Limit int
+	// ParkedEvery is how often Run looks for parked claims due between
+	// its full passes; zero means 1 s. ParkedBackoffMax caps a parked
+	// claim's re-send backoff (from 1 s, doubling); zero means 10 s.
+	ParkedEvery, ParkedBackoffMax time.Duration
+	Now                           func() time.Time
+	Logger                        *slog.Logger
 }
 
 // Unsettled counts the ledger claims that are not charged.
 type Unsettled struct {
 	Pending, Blocked int
+	// Parked counts the pending claims that are parked (a subset of
+	// Pending): their events' records were committed, the completer owns
+	// them.
+	Parked int
 	// OldestPending is the age of the oldest pending claim, 0 without one.
 	OldestPending time.Duration
 }
@@ -104,17 +112,21 @@ type PassOptions struct {
 	// ListBlocked also reads the blocked claims into the report (reconcile
 	// shows them; the service's own passes need only their count).
 	ListBlocked bool
+	// ParkedOnly settles only the parked claims whose re-send is due (the
+	// service's passes between its full ones).
+	ParkedOnly bool
 }
 
 const (
+	// staleClaimsSQL selects the pending claims older than $1 and the
+	// parked ones whose next re-send is due.
 	staleClaimsSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token FROM charge
-WHERE status = 'pending' AND claimed_at < $1 ORDER BY claimed_at LIMIT $2`
+WHERE status = 'pending' AND (claimed_at < $1 OR parked_at IS NOT NULL AND next_send_at <= now()) ORDER BY claimed_at LIMIT $2`
 	unsettledSQL = `SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'blocked'),
+count(*) FILTER (WHERE status = 'pending' AND parked_at IS NOT NULL),
 coalesce(min(claimed_at) FILTER (WHERE status = 'pending'), $1) FROM charge WHERE status <> 'charged'`
 	blockedSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, coalesce(last_error, '') FROM charge
 WHERE status = 'blocked' ORDER BY claimed_at LIMIT 100`
-	stillUnknownSQL = `UPDATE charge SET settle_attempts = settle_attempts + 1, last_error = $3
-WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
 )
 
 // RunOnce makes one pass. Its error is a failure of the pass itself (the
@@ -165,7 +177,11 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 	}
 	now := c.Now()
 	qctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
-	rows, err := conn.Query(qctx, staleClaimsSQL, now.Add(-age), limit)
+	sql, args := staleClaimsSQL, []any{now.Add(-age), limit}
+	if opt.ParkedOnly {
+		sql, args = parkedDueSQL, []any{limit}
+	}
+	rows, err := conn.Query(qctx, sql, args...)
 	var claims []Claim
 	if err == nil {
 		claims, err = pgx.CollectRows(rows, scanClaim)
@@ -231,7 +247,7 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, no
 		return out, c.write(ctx, conn, &out, blockSQL, []int64{cl.OrderID}, [][16]byte{cl.EventID}, out.Detail)
 	default:
 		out.Result, out.Detail = string(ClaimPending), err.Error()
-		return out, c.write(ctx, conn, &out, stillUnknownSQL, cl.OrderID, [16]byte(cl.EventID), out.Detail)
+		return out, c.write(ctx, conn, &out, stillUnknownSQL, cl.OrderID, [16]byte(cl.EventID), out.Detail, c.parkedBackoff().Milliseconds())
 	}
 }
 
@@ -285,7 +301,7 @@ func (c *Completer) count(ctx context.Context, conn *pgxpool.Conn) (Unsettled, e
 	now := c.Now()
 	var u Unsettled
 	var oldest time.Time
-	if err := conn.QueryRow(qctx, unsettledSQL, now).Scan(&u.Pending, &u.Blocked, &oldest); err != nil {
+	if err := conn.QueryRow(qctx, unsettledSQL, now).Scan(&u.Pending, &u.Blocked, &u.Parked, &oldest); err != nil {
 		return u, fmt.Errorf("completer: count claims: %w", err)
 	}
 	if u.Pending > 0 {
@@ -294,16 +310,22 @@ func (c *Completer) count(ctx context.Context, conn *pgxpool.Conn) (Unsettled, e
 	return u, nil
 }
 
-// Run makes a pass now and then every interval until ctx ends, logging
-// failures (the next pass retries). onPass, when not nil, sees the counts
-// after every pass that could read them (whatever else failed): the
-// service sets the ledger gauges from them, and a pass that could not
+// Run makes a full pass now and then every interval until ctx ends, and
+// between them a pass over the parked claims due every ParkedEvery,
+// logging failures (the next pass retries). onPass, when not nil, sees the
+// counts after every pass that could read them (whatever else failed):
+// the service sets the ledger gauges from them, and a pass that could not
 // count leaves the gauges as they were rather than zeroing them.
 func (c *Completer) Run(ctx context.Context, interval time.Duration, onPass func(Unsettled)) {
-	t := time.NewTicker(interval)
+	t := time.NewTicker(min(interval, c.parkedEvery()))
 	defer t.Stop()
+	var lastFull time.Time
 	for {
-		rep, err := c.RunOnce(ctx, PassOptions{})
+		opt := PassOptions{ParkedOnly: true}
+		if now := time.Now(); now.Sub(lastFull) >= interval {
+			opt, lastFull = PassOptions{}, now
+		}
+		rep, err := c.RunOnce(ctx, opt)
 		if err != nil && ctx.Err() == nil {
 			c.Logger.ErrorContext(ctx, "completer pass failed", "err", err)
 		}

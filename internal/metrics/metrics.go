@@ -69,6 +69,9 @@ type Metrics struct {
 	// LedgerOldestPending is the age of the oldest pending claim, 0 when
 	// there is none. Set by the completer.
 	LedgerOldestPending prometheus.Gauge
+	// ParkedEvents is the number of events whose record was committed
+	// while their claim waits for the completer (SPEC §10).
+	ParkedEvents prometheus.Gauge
 }
 
 // New creates the collectors and registers them on reg. version and commit
@@ -76,7 +79,7 @@ type Metrics struct {
 func New(reg prometheus.Registerer, version, commit string) *Metrics {
 	m := &Metrics{
 		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "billing_events_total", Help: "Events finished, by result (charged, duplicate, duplicate_order, dlq).",
+			Name: "billing_events_total", Help: "Events finished, by result (charged, duplicate, duplicate_order, dlq, parked).",
 		}, []string{"result"}),
 		DLQ: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "billing_dlq_total", Help: "Records sent to the dead-letter topic, by reason.",
@@ -136,6 +139,9 @@ func New(reg prometheus.Registerer, version, commit string) *Metrics {
 		LedgerClaims: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "billing_ledger_claims", Help: "Charge ledger claims that are not settled, by status (pending, blocked).",
 		}, []string{"status"}),
+		ParkedEvents: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_parked_events", Help: "Events whose record was committed while their claim, or their decision, waits for the completer.",
+		}),
 		LedgerOldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "billing_ledger_oldest_pending_seconds", Help: "Age of the oldest pending ledger claim; 0 when none is pending.",
 		}),
@@ -143,7 +149,7 @@ func New(reg prometheus.Registerer, version, commit string) *Metrics {
 	// Every label value exists from the start, at zero: an alert on
 	// rate() or increase() then sees the first DLQ record, instead of a
 	// series that is born with it.
-	for _, r := range []string{"charged", "duplicate", "duplicate_order", "dlq"} {
+	for _, r := range []string{"charged", "duplicate", "duplicate_order", "dlq", "parked"} {
 		m.Events.WithLabelValues(r)
 	}
 	for _, r := range []string{"invalid", "permanent", "conflict", "exhausted"} {
@@ -164,6 +170,6 @@ func New(reg prometheus.Registerer, version, commit string) *Metrics {
 	reg.MustRegister(m.Events, m.DLQ, m.EventDuration, m.PaymentRequests, m.PaymentDuration,
 		m.ConsumerLag, m.CommittedOffset, m.LogEndOffset, m.LagLastSuccess, m.EventAge,
 		m.DedupPartitions, m.DedupBypassed, m.Retries, m.BatchSize,
-		m.LedgerClaims, m.LedgerOldestPending, m.DLQRecords, m.DLQOldestAge, m.DLQRetention, m.BuildInfo)
+		m.LedgerClaims, m.LedgerOldestPending, m.ParkedEvents, m.DLQRecords, m.DLQOldestAge, m.DLQRetention, m.BuildInfo)
 	return m
 }

@@ -8,8 +8,11 @@
 //	Invalid                → DLQ "invalid", no retry
 //	Permanent, Conflict    → DLQ "permanent" / "conflict", no retry
 //	Transient              → retry with capped exponential backoff and
-//	                         jitter; DLQ "exhausted" once the event has
-//	                         failed for RetryBudget (and MaxAttempts times)
+//	                         jitter; parked (its claim handed to the
+//	                         completer, its record committed) once it has
+//	                         failed for ParkAfter; DLQ "exhausted" once it
+//	                         has failed for RetryBudget (and MaxAttempts
+//	                         times), if it could not be parked
 //	Systemic               → retry without limit, marked unready: a
 //	                         database outage or rejected credentials must
 //	                         not send healthy events to the DLQ
@@ -56,6 +59,13 @@ type Biller interface {
 	Process(ctx context.Context, ev events.OrderConfirmed) (billing.Result, error)
 }
 
+// Parker hands an event's pending claim to the completer (SPEC §10);
+// *billing.Service is one. Park returns true only when the event had a
+// pending claim, now parked: its record may then be committed.
+type Parker interface {
+	Park(ctx context.Context, ev events.OrderConfirmed) (bool, error)
+}
+
 // DeadLetterer durably writes a record to the dead-letter topic;
 // *dlq.Writer is one.
 type DeadLetterer interface {
@@ -94,6 +104,14 @@ type Config struct {
 	// it holds: at low traffic one event failing for a minute is more
 	// likely the provider's fault than the event's. Zero disables it.
 	OutageAfter time.Duration
+	// ParkAfter is BILLING_PARK_AFTER: an event that has failed
+	// transiently for this long while the provider succeeds for others (the
+	// same clock as RetryBudget: outages and busy waits not counted) is
+	// parked — its claim handed to the completer by Parker, its record
+	// committed — so that it holds its partition no longer. Zero never
+	// parks; then Parker may be nil. Keep it below RetryBudget.
+	ParkAfter time.Duration
+	Parker    Parker
 	// BackoffBase and BackoffMax shape the delay between attempts:
 	// exponential from BackoffBase, capped at BackoffMax, ±20% jitter.
 	BackoffBase, BackoffMax time.Duration
@@ -118,6 +136,9 @@ type Handler struct {
 func New(cfg Config) (*Handler, error) {
 	if cfg.Biller == nil || cfg.DLQ == nil || cfg.Metrics == nil || cfg.Logger == nil || cfg.Now == nil {
 		return nil, errors.New("pipeline: biller, dlq, metrics, logger and clock are required")
+	}
+	if cfg.ParkAfter < 0 || cfg.ParkAfter > 0 && cfg.Parker == nil {
+		return nil, fmt.Errorf("pipeline: parking after %v needs a parker", cfg.ParkAfter)
 	}
 	if cfg.MaxAttempts < 1 || cfg.RetryBudget < 0 || cfg.OutageAfter < 0 || cfg.OutageThreshold < 0 ||
 		cfg.BackoffBase <= 0 || cfg.BackoffMax < cfg.BackoffBase {
@@ -224,6 +245,9 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 			continue
 		}
 		b.fail(now)
+		if h.cfg.ParkAfter > 0 && b.spent >= h.cfg.ParkAfter && h.park(ctx, ev, b, err) {
+			return nil
+		}
 		if b.attempts >= h.cfg.MaxAttempts && b.spent >= h.cfg.RetryBudget {
 			return h.deadLetter(ctx, msg, &ev, dlq.Exhausted, err, b.attempts)
 		}
@@ -235,6 +259,25 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 			return err
 		}
 	}
+}
+
+// park parks ev's claim (Parker) after its failure err and reports
+// whether it did: then ev's record may be committed, and the completer
+// owns the claim. Without a pending claim to park, or when parking fails,
+// ev goes on retrying as before.
+func (h *Handler) park(ctx context.Context, ev events.OrderConfirmed, b budget, err error) bool {
+	parked, perr := h.cfg.Parker.Park(ctx, ev)
+	if perr != nil || !parked {
+		if perr != nil {
+			h.cfg.Logger.WarnContext(ctx, "could not park the event, retrying it", "event_id", ev.EventID, "order_id", ev.OrderID, "err", perr)
+		}
+		return false
+	}
+	spanOutcome(ctx, "parked", b.attempts)
+	h.cfg.Metrics.Events.WithLabelValues("parked").Inc()
+	h.cfg.Logger.WarnContext(ctx, "event parked: its claim is left to the completer, its record committed",
+		"event_id", ev.EventID, "order_id", ev.OrderID, "attempts", b.attempts, "failing_for", b.spent, "err", err)
+	return true
 }
 
 // waits is one event's backoffs and whether it counts as stalled.

@@ -17,5 +17,19 @@
 -- after (see docs/operations.md, "Upgrades").
 ALTER TABLE charge ADD COLUMN others_sent_at timestamptz;
 
+-- A parked claim (SPEC §10): its event kept failing transiently for
+-- BILLING_PARK_AFTER while the provider charged other events, so its record
+-- was committed and the completer owns the claim from parked_at on. It
+-- re-sends the claim's request (same key, same body) whenever next_send_at
+-- has passed, on a backoff of its own from seconds up, rather than after
+-- BILLING_COMPLETER_AFTER. Both are the database's clock (now()), never a
+-- replica's.
+ALTER TABLE charge ADD COLUMN parked_at timestamptz;
+ALTER TABLE charge ADD COLUMN next_send_at timestamptz;
+CREATE INDEX charge_parked_due ON charge (next_send_at) WHERE status = 'pending' AND parked_at IS NOT NULL;
+
 -- +goose Down
+DROP INDEX charge_parked_due;
+ALTER TABLE charge DROP COLUMN next_send_at;
+ALTER TABLE charge DROP COLUMN parked_at;
 ALTER TABLE charge DROP COLUMN others_sent_at;

@@ -1,0 +1,74 @@
+package billing
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/billing-consumer/billing-consumer/internal/events"
+)
+
+// Parking (SPEC §10): an event that keeps failing transiently while the
+// provider charges other events must not hold its partition. Its pending
+// claim already holds everything its charge needs (key, customer,
+// canonical amount), so the pipeline parks it — Park marks the claim
+// parked — and commits its record; from then on the Completer owns the
+// claim and re-sends its request on a backoff of its own, starting at
+// seconds (parkedBackoff), until it is charged, blocked, or past
+// BILLING_CLAIM_BLOCK_AFTER. Parking changes who sends, never what: the
+// same key and body, and the claim's lifecycle is NextClaimStatus's as for
+// any other claim (the completer is ActorCompleter; the parked event's
+// attempt is over, so nothing releases the claim any more).
+
+// firstParkedSend is how soon after parking the completer first re-sends.
+const firstParkedSend = time.Second
+
+// parkSQL parks a pending claim of the event given. The times are the
+// database's.
+const parkSQL = `UPDATE charge SET parked_at = coalesce(parked_at, now()), next_send_at = now() + $3 * interval '1 millisecond'
+WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
+
+// Park hands ev's pending claim to the completer. It returns true when ev
+// had a pending claim, now parked: the caller may then commit ev's record.
+// False means ev has no pending claim (its claim never committed, or was
+// settled meanwhile): the caller goes on as before, and its next attempt
+// decides from the ledger. The error means that nothing changed.
+func (s *Service) Park(ctx context.Context, ev events.OrderConfirmed) (bool, error) {
+	pctx, cancel := s.live(ctx)
+	defer cancel()
+	tag, err := s.db.Exec(pctx, parkSQL, ev.OrderID, [16]byte(ev.EventID), firstParkedSend.Milliseconds())
+	if err != nil {
+		return false, classifyDB(fmt.Errorf("park the claim of order %d: %w", ev.OrderID, err))
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// The completer's statements for parked claims.
+const (
+	// parkedDueSQL selects the parked claims whose next re-send is due.
+	parkedDueSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token FROM charge
+WHERE status = 'pending' AND parked_at IS NOT NULL AND next_send_at <= now() ORDER BY next_send_at LIMIT $1`
+	// stillUnknownSQL records a re-send whose outcome stayed unknown; a
+	// parked claim's next re-send backs off exponentially from a second,
+	// capped at $4 milliseconds.
+	stillUnknownSQL = `UPDATE charge SET settle_attempts = settle_attempts + 1, last_error = $3,
+next_send_at = CASE WHEN parked_at IS NULL THEN NULL
+  ELSE now() + least(interval '1 second' * power(2, least(settle_attempts, 16)), $4 * interval '1 millisecond') END
+WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
+)
+
+// parkedBackoff is the cap of a parked claim's re-send backoff.
+func (c *Completer) parkedBackoff() time.Duration {
+	if c.ParkedBackoffMax > 0 {
+		return c.ParkedBackoffMax
+	}
+	return 10 * time.Second
+}
+
+// parkedEvery is how often Run looks for parked claims due.
+func (c *Completer) parkedEvery() time.Duration {
+	if c.ParkedEvery > 0 {
+		return c.ParkedEvery
+	}
+	return time.Second
+}
