@@ -15,6 +15,8 @@ import (
 // offsets is not safe for concurrent use; its owner serializes access.
 type offsets struct {
 	pending []pendingMsg // fetched, in offset order; front may be done
+	// undone counts the entries of pending not yet done.
+	undone int
 	// next is the offset to commit: the lowest unfinished offset, or one
 	// past the highest fetched when everything fetched is done. -1 until
 	// the first message completes.
@@ -39,6 +41,7 @@ func newOffsets() *offsets { return &offsets{next: -1, committed: -1} }
 // fetched records a message that was read; offsets must increase.
 func (o *offsets) fetched(offset int64, at Timing) {
 	o.pending = append(o.pending, pendingMsg{offset: offset, timing: at})
+	o.undone++
 }
 
 // done marks offset complete and appends to into the timings of the
@@ -48,8 +51,9 @@ func (o *offsets) fetched(offset int64, at Timing) {
 func (o *offsets) done(offset int64, into []Timing) []Timing {
 	if i, found := slices.BinarySearchFunc(o.pending, offset, func(p pendingMsg, off int64) int {
 		return cmp.Compare(p.offset, off)
-	}); found {
+	}); found && !o.pending[i].done {
 		o.pending[i].done = true
+		o.undone--
 	}
 	advanced := into
 	i := 0
@@ -70,17 +74,13 @@ func (o *offsets) committable() (int64, bool) {
 	return o.next, o.next > o.committed
 }
 
-// window is the number of fetched messages not yet committable: what the
-// partition holds in memory.
-func (o *offsets) window() int { return len(o.pending) }
+// tracked is the number of fetched messages not yet committable, done or
+// not: an entry each (its offset and timings, the message itself is gone
+// once done), kept until the unfinished message before it finishes.
+func (o *offsets) tracked() int { return len(o.pending) }
 
-// inFlight is the number of fetched messages not yet done.
-func (o *offsets) inFlight() int {
-	n := 0
-	for _, p := range o.pending {
-		if !p.done {
-			n++
-		}
-	}
-	return n
-}
+// inFlight is the number of fetched messages not yet done: what counts
+// against the partition's window. Messages done behind an unfinished one
+// do not, so that one waiting message (its order failing at the provider,
+// until it is parked) does not stop its partition from billing the rest.
+func (o *offsets) inFlight() int { return o.undone }

@@ -57,6 +57,11 @@ func (c *Consumer) consumePartition(stop context.Context, cm *committer, partiti
 }
 
 // partitionState is the bookkeeping of one partition's consumption.
+// trackedPerWindow bounds the messages a partition tracks, done or not,
+// to that many windows: at 1,024 a window, 16 Ki entries of 64 bytes, a
+// minute or more of a busy partition's traffic behind one waiting message.
+const trackedPerWindow = 16
+
 type partitionState struct {
 	c         *Consumer
 	cm        *committer
@@ -92,8 +97,10 @@ func newPartitionState(c *Consumer, cm *committer, partition int, log *slog.Logg
 // loop goes on.
 func (p *partitionState) run(fetched <-chan kafka.Message) bool {
 	// A full window stops reading: memory stays bounded, and Kafka keeps
-	// what has not been fetched.
-	if p.offs.window() >= p.c.cfg.PartitionWindow {
+	// what has not been fetched. The window counts the messages not yet
+	// done; those done behind an unfinished one cost an entry of offsets
+	// each, bounded by trackedPerWindow windows.
+	if p.offs.inFlight() >= p.c.cfg.PartitionWindow || p.offs.tracked() >= trackedPerWindow*p.c.cfg.PartitionWindow {
 		fetched = nil
 	}
 	var jobs chan<- job

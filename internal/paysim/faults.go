@@ -42,6 +42,11 @@ type Faults struct {
 	// taken. It is called without locks held and must be safe for
 	// concurrent use.
 	Decline func(orderID int64) bool
+	// Unavailable, when set, is asked for each processed order; true
+	// answers 503 without taking the charge (the key is not stored), as a
+	// provider does when one account or a fraud check on it is stuck while
+	// every other order is charged. Same rules as Decline.
+	Unavailable func(orderID int64) bool
 }
 
 // FaultCounts counts the faults injected so far.

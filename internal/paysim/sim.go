@@ -188,15 +188,20 @@ func (s *Sim) process(w http.ResponseWriter, key string, e *entry, req chargeReq
 		time.Sleep(d.delay) // not cut short by the client leaving: see Faults.Latency
 	}
 	declined := !d.fail && f.Decline != nil && f.Decline(req.OrderID)
+	unavailable := !d.fail && f.Unavailable != nil && f.Unavailable(req.OrderID)
 
 	s.mu.Lock()
 	s.inFlight--
-	if d.fail {
+	if d.fail || unavailable {
 		delete(s.keys, key)
 		s.injected.Errors++
 		s.mu.Unlock()
-		s.reject(w, http.StatusInternalServerError, "api_error", "injected failure, nothing charged")
-		answered(h, w, hr, http.StatusInternalServerError)
+		status := http.StatusInternalServerError
+		if unavailable {
+			status = http.StatusServiceUnavailable
+		}
+		s.reject(w, status, "api_error", "injected failure, nothing charged")
+		answered(h, w, hr, status)
 		return
 	}
 	if declined {
