@@ -80,6 +80,12 @@ type Config struct {
 	MaxBytes          int           // largest fetch; zero: 10 MiB
 
 	Logger *slog.Logger
+	// Gate, when set, pauses fetching: it returns a channel that is closed
+	// while the consumer may fetch (see internal/pause). While it is open
+	// the partitions fetch nothing and start no record, but stay assigned,
+	// and finish and commit the records already running. (kafka-go's
+	// reader may still prefetch into its bounded queue.)
+	Gate func() <-chan struct{}
 	// OnCommit, when set, is called after each successful commit request,
 	// once for each partition it carried, with the committed offset and
 	// the timings of the messages it newly covers. Calls for different
