@@ -96,9 +96,13 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 	s.onClose(s.pool.Close)
 	s.pause = pauseWatcher(s)
 
+	auth, observe, err := paymentAuth(cfg, s.logger, s.m.Payment)
+	if err != nil {
+		return nil, err
+	}
 	payer, err := payment.New(payment.Config{
-		BaseURL: cfg.PaymentURL, Token: cfg.PaymentToken, Timeout: cfg.PaymentTimeout, MaxConns: cfg.Concurrency,
-		Observe: s.m.Payment, Proxy: http.ProxyFromEnvironment, TLS: payTLS,
+		BaseURL: cfg.PaymentURL, Token: cfg.PaymentToken, Authorization: auth, Timeout: cfg.PaymentTimeout, MaxConns: cfg.Concurrency,
+		Observe: observe, Proxy: http.ProxyFromEnvironment, TLS: payTLS,
 		Propagator: propagator, Tracer: tracer,
 	})
 	if err != nil {
