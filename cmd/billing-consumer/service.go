@@ -73,7 +73,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 			s.Close()
 		}
 	}()
-	if s.kconns, err = kafkaConns(cfg); err != nil {
+	if s.kconns, err = kafkaConns(cfg, s.logger); err != nil {
 		return nil, err
 	}
 	payTLS, err := paymentTLS(cfg)
