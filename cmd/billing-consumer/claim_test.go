@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/billing-consumer/billing-consumer/internal/pgtest"
 )
 
 // The claim and pause commands refuse an unsafe or incomplete command line
@@ -47,6 +49,29 @@ func TestClaimAndPauseCommandLines(t *testing.T) {
 		}
 		if stdout.Len() > 0 {
 			t.Errorf("%q printed %q on stdout before failing", tc.args, stdout.String())
+		}
+	}
+}
+
+// On a database the migrations have not reached, the claim and pause
+// commands say to run migrate, and print nothing on stdout.
+func TestClaimAndPauseOnUnmigratedDatabase(t *testing.T) {
+	url := pgtest.NewDatabase(t) // empty: no migration applied
+	env := map[string]string{"BILLING_DATABASE_URL": url}
+	for _, args := range [][]string{
+		{"claim", "show", "--order", "1"},
+		{"claim", "release", "--order", "1", "--reason", "r", "--provider-holds-no-charge"},
+		{"pause", "--reason", "r"},
+		{"resume"},
+	} {
+		setEnv(t, validEnv, env)
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), args, &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "run billing-consumer migrate") {
+			t.Errorf("%q: %v; want the hint to run migrate", args, err)
+		}
+		if stdout.Len() > 0 {
+			t.Errorf("%q printed %q on stdout before failing", args, stdout.String())
 		}
 	}
 }
