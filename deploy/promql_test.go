@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -42,13 +43,23 @@ func promQL() parser.Parser { return parser.NewParser(parser.Options{}) }
 // declaredMetrics reads the metric names internal/metrics defines.
 func declaredMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile(metricsSource)
+	// metrics.go and the other files of its package (control.go).
+	files, err := filepath.Glob(filepath.Join(filepath.Dir(metricsSource), "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	names := map[string]bool{}
-	for _, m := range regexp.MustCompile(`Name:\s*"(billing_[a-z_]+)"`).FindAllStringSubmatch(string(b), -1) {
-		names[m[1]] = true
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`Name:\s*"(billing_[a-z_]+)"`).FindAllStringSubmatch(string(b), -1) {
+			names[m[1]] = true
+		}
 	}
 	if len(names) < 8 {
 		t.Fatalf("%s declares %d billing_* metrics; the pattern no longer finds them", metricsSource, len(names))
@@ -267,6 +278,7 @@ func TestAlertRules(t *testing.T) {
 		"BillingPaymentLatencyHigh":        {"warning", []string{"histogram_quantile(0.99", "billing_payment_duration_seconds_bucket"}},
 		"BillingConsumerNotReady":          {"warning", []string{"kube_deployment_status_replicas_unavailable"}},
 		"BillingConsumerDown":              {"critical", []string{`up{job="billing-consumer"}`}},
+		"BillingConsumerPausedTooLong":     {"warning", []string{"billing_paused_seconds", "> 3600"}},
 	} {
 		r, ok := alerts[name]
 		if !ok {

@@ -156,7 +156,7 @@ func kafkaCommand(ctx context.Context, stderr io.Writer) (config, *kafkaconn.Con
 	if err != nil {
 		return cfg, nil, nil, err
 	}
-	kconns, err := kafkaConns(cfg)
+	kconns, err := kafkaConns(cfg, nil)
 	if err != nil {
 		return cfg, nil, nil, err
 	}

@@ -90,6 +90,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return dlqCommand(ctx, args, stdout, stderr)
 	case "reconcile":
 		return reconcileCommand(ctx, args, stdout, stderr)
+	case "claim":
+		return claimCommand(ctx, args, stdout, stderr)
+	case "pause", "resume":
+		return pauseCommand(ctx, command, args, stdout, stderr)
 	}
 	return fmt.Errorf("unknown command %q: %w", command, errUsage)
 }
@@ -195,6 +199,13 @@ Usage:
                                                   settle the pending ledger claims older than D (default
                                                   BILLING_COMPLETER_AFTER) by re-sending their stored request
                                                   (same key, same body), list them and the blocked ones, and exit
+  billing-consumer claim show|release|mark-charged --order ID [--reason TEXT] [--charge-id ID]
+                                                  an operator's decision on one ledger claim: release a blocked
+                                                  one (--provider-holds-no-charge) or mark one charged; each change
+                                                  written to the claim_audit table; -h for details
+  billing-consumer pause --reason TEXT            every replica of the consumer group stops fetching (stays in the
+                                                  group, finishes what is in flight) until resume; kept in Postgres
+  billing-consumer resume                         end the pause
   billing-consumer help                           this text
   billing-consumer version                        version, commit and Go version
 

@@ -25,6 +25,9 @@ func (c config) kafkaSecurity() kafkaconn.Config {
 		Mechanism:  kafkaconn.Mechanism(c.KafkaSASLMechanism),
 		Username:   c.KafkaSASLUsername,
 		Password:   c.KafkaSASLPassword,
+		// Re-read for each new connection: a rotated password is used
+		// without a restart.
+		PasswordFile: c.KafkaSASLPasswordFile,
 	}
 }
 
@@ -86,9 +89,12 @@ func (c config) validateKafkaSecurity() error {
 
 // kafkaConns reads the Kafka certificate files and builds the Dialer and
 // Transport every Kafka client of the process uses. Its errors name the
-// variable and never contain the password.
-func kafkaConns(cfg config) (*kafkaconn.Conns, error) {
-	conns, err := kafkaconn.New(cfg.kafkaSecurity())
+// variable and never contain the password. logger (nil: none) says when a
+// BILLING_KAFKA_SASL_PASSWORD_FILE changed.
+func kafkaConns(cfg config, logger *slog.Logger) (*kafkaconn.Conns, error) {
+	sec := cfg.kafkaSecurity()
+	sec.Logger = logger
+	conns, err := kafkaconn.New(sec)
 	var ce *kafkaconn.Error
 	if errors.As(err, &ce) {
 		return nil, fmt.Errorf("%s_%s: %w", envPrefix, kafkaVars[ce.Field], ce.Err)

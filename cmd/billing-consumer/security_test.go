@@ -181,7 +181,7 @@ func TestKafkaSecurityValidConfigs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("rejected: %v", err)
 			}
-			if _, err := kafkaConns(cfg); err != nil {
+			if _, err := kafkaConns(cfg, nil); err != nil {
 				t.Errorf("kafkaConns: %v", err)
 			}
 			if _, err := paymentTLS(cfg); err != nil {

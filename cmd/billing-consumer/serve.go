@@ -72,6 +72,7 @@ func (s *service) loops() []loop {
 				s.m.ParkedEvents.Set(float64(u.Parked))
 			})
 		}},
+		{"pause watch", s.pause.Run},
 		{"dlq backlog", func(ctx context.Context) {
 			dlq.WatchBacklog(ctx, client, cfg.KafkaDLQTopic, cfg.dlqReplayGroup(), cfg.DLQBacklogInterval, s.logger,
 				func(b dlq.Backlog) { s.m.DLQBacklog(b.Records, b.Oldest, b.Retention, time.Now()) })

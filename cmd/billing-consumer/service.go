@@ -22,6 +22,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/kafkaconn"
 	"github.com/billing-consumer/billing-consumer/internal/metrics"
+	"github.com/billing-consumer/billing-consumer/internal/pause"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/pipeline"
 	"github.com/billing-consumer/billing-consumer/internal/tracing"
@@ -37,6 +38,8 @@ type service struct {
 	logger *slog.Logger
 	reg    *prometheus.Registry
 	m      *metrics.Metrics
+	ctl    *metrics.Control // billing_paused, billing_kafka_partition_owned
+	pause  *pause.Watcher
 	kconns *kafkaconn.Conns
 
 	pool     *pgxpool.Pool
@@ -70,7 +73,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 			s.Close()
 		}
 	}()
-	if s.kconns, err = kafkaConns(cfg); err != nil {
+	if s.kconns, err = kafkaConns(cfg, s.logger); err != nil {
 		return nil, err
 	}
 	payTLS, err := paymentTLS(cfg)
@@ -80,6 +83,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.m = metrics.New(s.reg, version, commit)
+	s.ctl = metrics.NewControl(s.reg, cfg.KafkaTopic)
 
 	tracer, propagator, err := s.setupTracing(ctx)
 	if err != nil {
@@ -90,10 +94,15 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		return nil, err
 	}
 	s.onClose(s.pool.Close)
+	s.pause = pauseWatcher(s)
 
+	auth, observe, err := paymentAuth(cfg, s.logger, s.m.Payment)
+	if err != nil {
+		return nil, err
+	}
 	payer, err := payment.New(payment.Config{
-		BaseURL: cfg.PaymentURL, Token: cfg.PaymentToken, Timeout: cfg.PaymentTimeout, MaxConns: cfg.Concurrency,
-		Observe: s.m.Payment, Proxy: http.ProxyFromEnvironment, TLS: payTLS,
+		BaseURL: cfg.PaymentURL, Token: cfg.PaymentToken, Authorization: auth, Timeout: cfg.PaymentTimeout, MaxConns: cfg.Concurrency,
+		Observe: observe, Proxy: http.ProxyFromEnvironment, TLS: payTLS,
 		Propagator: propagator, Tracer: tracer,
 	})
 	if err != nil {
@@ -139,6 +148,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		HeartbeatInterval: cfg.KafkaHeartbeatInterval,
 		Logger:            s.logger,
 		OnCommit:          s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now),
+		Gate:              s.pause.Gate, OnAssign: s.ctl.Owned,
 	}, s.handler.Handle); err != nil {
 		return nil, err
 	}
@@ -161,7 +171,7 @@ func (s *service) listen() error {
 	}
 	s.ln = ln
 	s.onClose(func() { _ = ln.Close() }) // Serve closes it too; a second Close is harmless
-	s.srv = &http.Server{Handler: opsHandler(s.reg, s.readyCheck), ReadHeaderTimeout: 5 * time.Second}
+	s.srv = &http.Server{Handler: opsHandler(s.reg, s.readyCheck, s.pauseDetail), ReadHeaderTimeout: 5 * time.Second}
 	if s.cfg.PprofAddr == "" {
 		return nil
 	}

@@ -70,6 +70,9 @@ func (s *service) startup(ctx context.Context) error {
 		{"Kafka", s.checkKafka},
 		{"the database", func(ctx context.Context) error { return s.pool.Ping(ctx) }},
 		{"the schema", s.checkSchema},
+		// Before joining the group: a replica started during a pause
+		// fetches nothing.
+		{"the pause state", s.pause.Refresh},
 		{"dedup partition maintenance", func(ctx context.Context) error {
 			p, err := maintainer(s.cfg, s.pool, s.logger).RunOnce(ctx)
 			if err == nil {

@@ -80,6 +80,16 @@ type Config struct {
 	MaxBytes          int           // largest fetch; zero: 10 MiB
 
 	Logger *slog.Logger
+	// Gate, when set, pauses fetching: it returns a channel that is closed
+	// while the consumer may fetch (see internal/pause). While it is open
+	// the partitions fetch nothing and start no record, but stay assigned,
+	// and finish and commit the records already running. (kafka-go's
+	// reader may still prefetch into its bounded queue.)
+	Gate func() <-chan struct{}
+	// OnAssign, when set, is told the partitions this consumer owns: those
+	// of each generation when it starts, nil when it has ended (after the
+	// final commit).
+	OnAssign func(partitions []int)
 	// OnCommit, when set, is called after each successful commit request,
 	// once for each partition it carried, with the committed offset and
 	// the timings of the messages it newly covers. Calls for different
@@ -238,8 +248,14 @@ func (c *Consumer) leave(group *kafka.ConsumerGroup) {
 func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
 	assigned := gen.Assignments[c.cfg.Topic]
 	parts := make([]string, 0, len(assigned))
+	ids := make([]int, 0, len(assigned))
 	for _, a := range assigned {
 		parts = append(parts, strconv.Itoa(a.ID))
+		ids = append(ids, a.ID)
+	}
+	if c.cfg.OnAssign != nil {
+		c.cfg.OnAssign(ids)
+		defer c.cfg.OnAssign(nil)
 	}
 	c.cfg.Logger.Info("partitions assigned", "group", c.cfg.GroupID, "generation", gen.ID,
 		"topic", c.cfg.Topic, "partitions", parts)

@@ -105,10 +105,15 @@ func (p *partitionState) run(fetched <-chan kafka.Message) bool {
 	}
 	var jobs chan<- job
 	var next job
+	// resumed is the Gate while a pause holds back the ready records.
+	var resumed <-chan struct{}
 	if len(p.ready) > 0 {
-		jobs, next = p.c.jobs, job{p: p, msg: p.ready[0]}
+		if resumed = p.pausedGate(); resumed == nil {
+			jobs, next = p.c.jobs, job{p: p, msg: p.ready[0]}
+		}
 	}
 	select {
+	case <-resumed:
 	case jobs <- next:
 		p.ready = p.ready[1:]
 		p.running++
@@ -184,6 +189,9 @@ func (p *partitionState) fetch(r *kafka.Reader) (<-chan kafka.Message, func()) {
 		defer close(finished)
 		defer close(fetched)
 		for {
+			if !p.gateOpen(ctx) {
+				return
+			}
 			msg, err := r.FetchMessage(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -197,6 +205,12 @@ func (p *partitionState) fetch(r *kafka.Reader) (<-chan kafka.Message, func()) {
 				}
 				continue
 			}
+			// A pause that began while the fetch waited holds the
+			// record back: it is not started, and if the partition is
+			// revoked meanwhile it is redelivered.
+			if !p.gateOpen(ctx) {
+				return
+			}
 			select {
 			case fetched <- msg:
 			case <-ctx.Done():
@@ -205,4 +219,33 @@ func (p *partitionState) fetch(r *kafka.Reader) (<-chan kafka.Message, func()) {
 		}
 	}()
 	return fetched, func() { cancel(); <-finished }
+}
+
+// pausedGate returns the consumer's Gate when it is closed (a pause), nil
+// when records may start.
+func (p *partitionState) pausedGate() <-chan struct{} {
+	if p.c.cfg.Gate == nil {
+		return nil
+	}
+	g := p.c.cfg.Gate()
+	select {
+	case <-g:
+		return nil
+	default:
+		return g
+	}
+}
+
+// gateOpen waits while the consumer's Gate says fetching is paused and
+// reports false when ctx ended first.
+func (p *partitionState) gateOpen(ctx context.Context) bool {
+	if p.c.cfg.Gate == nil {
+		return true
+	}
+	select {
+	case <-p.c.cfg.Gate():
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -73,6 +74,12 @@ type Config struct {
 	// mechanism and refused without one. The password never appears in an
 	// error of this package.
 	Username, Password string
+	// PasswordFile, when set, is the file Password was read from: it is
+	// read again for every new connection, so a rotated password is used
+	// without a restart (see fileMechanism). Logger, when set, says when
+	// it changed or could not be read.
+	PasswordFile string
+	Logger       *slog.Logger
 
 	// DialTimeout bounds connecting, the TLS handshake and SASL
 	// authentication of one connection; zero means 10s.
@@ -165,6 +172,9 @@ func New(cfg Config) (*Conns, error) {
 	mech, err := cfg.mechanism()
 	if err != nil {
 		return nil, err
+	}
+	if mech != nil && cfg.PasswordFile != "" {
+		mech = newFileMechanism(cfg, mech)
 	}
 	return &Conns{
 		Dialer: &kafka.Dialer{

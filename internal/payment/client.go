@@ -54,6 +54,11 @@ type Config struct {
 	// Token, when set, is sent as "Authorization: Bearer <Token>". It is
 	// never written to errors.
 	Token string
+	// Authorization, when set, is called for each request and returns its
+	// Authorization header value (nil: none), instead of Token: a token
+	// that changes while the client runs (FileToken.Header). It must be
+	// cheap, safe for concurrent use, and never modify what it returned.
+	Authorization func() []string
 	// Timeout bounds one attempt as a whole: waiting for a connection,
 	// dialing, TLS, sending, the response headers and reading the body.
 	Timeout time.Duration
@@ -93,11 +98,12 @@ type Client struct {
 	// auth is the full Authorization header value, nil without a token; it
 	// and jsonType are shared by every request's header map and never
 	// written to (net/http only reads request headers).
-	auth     []string
-	jsonType []string
-	timeout  time.Duration
-	observe  func(string, time.Duration)
-	http     *http.Client
+	auth          []string
+	authorization func() []string // Config.Authorization; nil: auth
+	jsonType      []string
+	timeout       time.Duration
+	observe       func(string, time.Duration)
+	http          *http.Client
 	// propagator is nil when no trace context is sent; tracer is nil when
 	// no span is started.
 	propagator propagation.TextMapPropagator
@@ -189,6 +195,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Token != "" {
 		c.auth = []string{"Bearer " + cfg.Token}
 	}
+	c.authorization = cfg.Authorization
 	for i := range c.codes {
 		c.codes[i] = strconv.Itoa(100 + i)
 	}
@@ -306,8 +313,12 @@ func (c *Client) request(attemptCtx, traceCtx context.Context, ch Charge) *http.
 	// Besides telling the provider, this header lets net/http itself replay
 	// the request on a pooled connection the server had already closed.
 	h["Idempotency-Key"] = []string{ch.IdempotencyKey}
-	if c.auth != nil {
-		h["Authorization"] = c.auth
+	auth := c.auth
+	if c.authorization != nil {
+		auth = c.authorization()
+	}
+	if auth != nil {
+		h["Authorization"] = auth
 	}
 	req.Header = h
 	body := newRequestBody(ch)

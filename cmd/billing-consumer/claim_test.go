@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+)
+
+// The claim and pause commands refuse an unsafe or incomplete command line
+// before they touch the database (none is reachable here), with one line
+// naming what is missing; -h prints the usage on stdout and succeeds.
+func TestClaimAndPauseCommandLines(t *testing.T) {
+	setEnv(t, validEnv)
+	for _, tc := range []struct {
+		args []string
+		want string // in the error; "" for success
+	}{
+		{[]string{"claim"}, "missing subcommand"},
+		{[]string{"claim", "undo", "--order", "1"}, `unknown subcommand "undo"`},
+		{[]string{"claim", "show"}, "--order must be a positive order id"},
+		{[]string{"claim", "show", "--order", "x"}, "invalid value"},
+		{[]string{"claim", "release", "--order", "1", "--provider-holds-no-charge"}, "--reason is required"},
+		{[]string{"claim", "release", "--order", "1", "--reason", "r"}, "--provider-holds-no-charge is required"},
+		{[]string{"claim", "release", "--order", "1", "--reason", "r", "--provider-holds-no-charge", "--charge-id", "c"}, "contradicts a release"},
+		{[]string{"claim", "mark-charged", "--order", "1", "--reason", "r"}, "--charge-id is required"},
+		{[]string{"claim", "mark-charged", "--order", "1", "--reason", "r", "--charge-id", "c", "--provider-holds-no-charge"}, "contradicts mark-charged"},
+		{[]string{"claim", "show", "--order", "1", "extra"}, `unexpected argument "extra"`},
+		{[]string{"pause"}, "--reason is required"},
+		{[]string{"resume", "--reason", "r"}, "--reason is for pause only"},
+		{[]string{"claim", "--help"}, ""},
+		{[]string{"claim", "release", "-h"}, ""},
+		{[]string{"pause", "--help"}, ""},
+		{[]string{"resume", "-h"}, ""},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), tc.args, &stdout, &stderr)
+		if tc.want == "" {
+			if err != nil || !strings.Contains(stdout.String(), "Usage:") {
+				t.Errorf("%q: %v, stdout %q; want the usage and success", tc.args, err, stdout.String())
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, errUsage) {
+			t.Errorf("%q: %v; want a usage error containing %q", tc.args, err, tc.want)
+		}
+		if stdout.Len() > 0 {
+			t.Errorf("%q printed %q on stdout before failing", tc.args, stdout.String())
+		}
+	}
+}
+
+// On a database the migrations have not reached, the claim and pause
+// commands say to run migrate, and print nothing on stdout.
+func TestClaimAndPauseOnUnmigratedDatabase(t *testing.T) {
+	url := pgtest.NewDatabase(t) // empty: no migration applied
+	env := map[string]string{"BILLING_DATABASE_URL": url}
+	for _, args := range [][]string{
+		{"claim", "show", "--order", "1"},
+		{"claim", "release", "--order", "1", "--reason", "r", "--provider-holds-no-charge"},
+		{"pause", "--reason", "r"},
+		{"resume"},
+	} {
+		setEnv(t, validEnv, env)
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), args, &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "run billing-consumer migrate") {
+			t.Errorf("%q: %v; want the hint to run migrate", args, err)
+		}
+		if stdout.Len() > 0 {
+			t.Errorf("%q printed %q on stdout before failing", args, stdout.String())
+		}
+	}
+}

@@ -1,0 +1,218 @@
+package billing
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// This file holds the operator's decisions on one ledger claim (`billing-
+// consumer claim show|release|mark-charged`). The service itself never
+// releases a blocked claim: the provider may hold the money, so a person
+// looks the order up at the provider and decides. Only two moves exist,
+// each guarded by the status it starts from (a statement's WHERE status =
+// ...), so a completer settling the same claim at that moment is never
+// overwritten, and each is written to claim_audit in the same transaction.
+
+// OperatorAction is a change an operator may make to a claim.
+type OperatorAction string
+
+const (
+	// ActionRelease deletes a blocked claim, so that a redelivery or a
+	// replay of an event for the order may charge it. Allowed only when the
+	// operator states that the provider holds no charge for it.
+	ActionRelease OperatorAction = "release"
+	// ActionMarkCharged records that the provider did take the charge,
+	// with the provider's charge id: a pending or blocked claim becomes
+	// charged and no event will ever charge the order again.
+	ActionMarkCharged OperatorAction = "mark-charged"
+)
+
+// OperatorRequest is one decision on the claim of OrderID.
+type OperatorRequest struct {
+	OrderID int64
+	Action  OperatorAction
+	// Operator and Host say who made it and where (the pod); Reason why.
+	// Operator and Reason are required.
+	Operator, Host, Reason string
+	// ProviderHoldsNoCharge must be true for a release: the operator has
+	// checked at the provider that no charge exists for the claim's
+	// idempotency key (its event_id).
+	ProviderHoldsNoCharge bool
+	// ChargeID is the provider's charge id, required by mark-charged.
+	ChargeID string
+}
+
+// ErrNoClaim is returned when the order has no ledger row.
+var ErrNoClaim = errors.New("no ledger claim for this order")
+
+// ErrUnsafe wraps every refusal of a transition the claim's status does
+// not allow (or that lacks what it needs); nothing was changed.
+var ErrUnsafe = errors.New("refused")
+
+// nextStatus is the operator's state machine: from the claim's status and
+// the request, the status after the move ("" for a release: the row is
+// deleted), or an ErrUnsafe error saying why not.
+func nextStatus(status string, req OperatorRequest) (string, error) {
+	switch req.Action {
+	case ActionRelease:
+		if status != "blocked" {
+			return "", fmt.Errorf("%w: only a blocked claim may be released; this one is %s", ErrUnsafe, status)
+		}
+		if !req.ProviderHoldsNoCharge {
+			return "", fmt.Errorf("%w: a release needs --provider-holds-no-charge, stating that the provider holds no charge for this claim's idempotency key", ErrUnsafe)
+		}
+		return "", nil
+	case ActionMarkCharged:
+		if status != "pending" && status != "blocked" {
+			return "", fmt.Errorf("%w: only a pending or blocked claim may be marked charged; this one is %s", ErrUnsafe, status)
+		}
+		if strings.TrimSpace(req.ChargeID) == "" {
+			return "", fmt.Errorf("%w: mark-charged needs the provider's charge id (--charge-id)", ErrUnsafe)
+		}
+		return "charged", nil
+	}
+	return "", fmt.Errorf("%w: unknown action %q", ErrUnsafe, req.Action)
+}
+
+// OperatorClaim is a ledger row as an operator sees it.
+type OperatorClaim struct {
+	OrderID, CustomerID int64
+	EventID             uuid.UUID
+	Amount              string // numeric as text: never a float
+	Status              string
+	ProviderChargeID    string
+	ChargedAt           time.Time
+	ClaimedAt           time.Time
+	SettleAttempts      int
+	LastError           string
+	ClaimToken          uuid.UUID // zero when the row has none
+}
+
+// AuditEntry is one row of claim_audit.
+type AuditEntry struct {
+	At                     time.Time
+	Action                 OperatorAction
+	Operator, Host, Reason string
+	// Before and After are the charge row as JSON; After is "" for a
+	// release.
+	Before, After string
+}
+
+const (
+	operatorColumns = `order_id, event_id, customer_id, amount::text, status, coalesce(provider_charge_id, ''),
+charged_at, claimed_at, settle_attempts, coalesce(last_error, ''), claim_token`
+	releaseClaimSQL = `DELETE FROM charge c WHERE order_id = $1 AND event_id = $2 AND status = 'blocked'`
+	markChargedSQL  = `UPDATE charge c SET status = 'charged', provider_charge_id = $3, charged_at = now(), last_error = NULL
+WHERE order_id = $1 AND event_id = $2 AND status = $4 RETURNING to_jsonb(c)`
+	auditSQL = `INSERT INTO claim_audit (order_id, action, operator, host, reason, before, after)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb) RETURNING at`
+)
+
+// ShowClaim returns the claim of order and its audit trail, oldest first.
+// It returns ErrNoClaim (with the trail, which outlives a released claim)
+// when the order has no ledger row. It changes nothing.
+func ShowClaim(ctx context.Context, pool *pgxpool.Pool, order int64) (*OperatorClaim, []AuditEntry, error) {
+	var cl *OperatorClaim
+	row, err := scanOperatorClaim(pool.QueryRow(ctx, `SELECT `+operatorColumns+` FROM charge WHERE order_id = $1`, order))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, nil, fmt.Errorf("read claim of order %d: %w", order, err)
+	default:
+		cl = &row
+	}
+	rows, err := pool.Query(ctx, `SELECT at, action, operator, host, reason, before::text, coalesce(after::text, '')
+FROM claim_audit WHERE order_id = $1 ORDER BY at, id`, order)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read audit of order %d: %w", order, err)
+	}
+	trail, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
+		var a AuditEntry
+		err := r.Scan(&a.At, &a.Action, &a.Operator, &a.Host, &a.Reason, &a.Before, &a.After)
+		return a, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read audit of order %d: %w", order, err)
+	}
+	if cl == nil {
+		return nil, trail, ErrNoClaim
+	}
+	return cl, trail, nil
+}
+
+// ApplyOperator makes req's move on the claim of req.OrderID in one
+// transaction: it locks the row, checks the move with the state machine,
+// changes the row only if it still has the status it was read with, and
+// writes the audit row. It returns the claim as it was before, and logs
+// the change. Errors: ErrNoClaim, an ErrUnsafe refusal, or a database
+// error; in every case nothing was changed.
+func ApplyOperator(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, req OperatorRequest) (OperatorClaim, error) {
+	if strings.TrimSpace(req.Reason) == "" || strings.TrimSpace(req.Operator) == "" {
+		return OperatorClaim{}, fmt.Errorf("%w: an operator and a reason are required", ErrUnsafe)
+	}
+	var before OperatorClaim
+	var next string
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var beforeJSON string
+		var err error
+		before, err = scanOperatorClaim(tx.QueryRow(ctx,
+			`SELECT `+operatorColumns+`, to_jsonb(c)::text FROM charge c WHERE order_id = $1 FOR UPDATE`, req.OrderID), &beforeJSON)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNoClaim
+		}
+		if err != nil {
+			return fmt.Errorf("read claim: %w", err)
+		}
+		if next, err = nextStatus(before.Status, req); err != nil {
+			return err
+		}
+		var afterJSON *string
+		if req.Action == ActionRelease {
+			tag, err := tx.Exec(ctx, releaseClaimSQL, req.OrderID, before.EventID)
+			if err != nil || tag.RowsAffected() != 1 {
+				return fmt.Errorf("release claim (rows %d): %w", tag.RowsAffected(), err)
+			}
+		} else {
+			afterJSON = new(string)
+			if err := tx.QueryRow(ctx, markChargedSQL, req.OrderID, before.EventID, strings.TrimSpace(req.ChargeID), before.Status).Scan(afterJSON); err != nil {
+				return fmt.Errorf("mark claim charged: %w", err)
+			}
+		}
+		_, err = tx.Exec(ctx, auditSQL, req.OrderID, string(req.Action), req.Operator, req.Host, req.Reason, beforeJSON, afterJSON)
+		if err != nil {
+			return fmt.Errorf("write claim_audit: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return OperatorClaim{}, fmt.Errorf("%s order %d: %w", req.Action, req.OrderID, err)
+	}
+	logger.Info("operator changed a ledger claim", "action", string(req.Action), "order_id", req.OrderID,
+		"event_id", before.EventID.String(), "before", before.Status, "after", cmp.Or(next, "released"),
+		"provider_charge_id", req.ChargeID, "operator", req.Operator, "host", req.Host, "reason", req.Reason)
+	return before, nil
+}
+
+// scanOperatorClaim scans operatorColumns, then extra.
+func scanOperatorClaim(row pgx.Row, extra ...any) (OperatorClaim, error) {
+	var c OperatorClaim
+	var token *uuid.UUID
+	dest := append([]any{&c.OrderID, &c.EventID, &c.CustomerID, &c.Amount, &c.Status, &c.ProviderChargeID,
+		&c.ChargedAt, &c.ClaimedAt, &c.SettleAttempts, &c.LastError, &token}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return OperatorClaim{}, err
+	}
+	if token != nil {
+		c.ClaimToken = *token
+	}
+	return c, nil
+}
