@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -80,21 +81,9 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 		}
 	}
 	defer end()
-	send := make([]int, 0, len(mayCharge))
-	if withDedup {
-		isFresh, err := s.markProcessed(ctx, tx, evs)
-		if err != nil {
-			return nil, err
-		}
-		for _, i := range mayCharge {
-			if isFresh[evs[i].EventID] {
-				send = append(send, i)
-			} else {
-				out[i].res.Outcome = Duplicate
-			}
-		}
-	} else {
-		send = append(send, mayCharge...)
+	send, moved, err := s.prepare(ctx, tx, evs, created, mayCharge, withDedup, out)
+	if err != nil {
+		return nil, err
 	}
 	s.sendAll(ctx, evs, send, out, pool)
 
@@ -107,7 +96,8 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 		}
 	}
 	if len(charged) > 0 {
-		if err := s.record(ctx, tx, evs, out, charged, failed, withDedup); err != nil {
+		// The moved events' processed_event rows go with the failed ones'.
+		if err := s.record(ctx, tx, evs, out, charged, append(moved, failed...), withDedup); err != nil {
 			for _, i := range charged {
 				if out[i].err == nil {
 					out[i] = response{err: fault.New(fault.KindOf(err), fmt.Errorf(
@@ -167,12 +157,96 @@ func (s *Service) recordSends(ctx context.Context, evs []events.OrderConfirmed, 
 	return may, nil
 }
 
-// markProcessed inserts the processed_event rows of evs in tx and returns
-// which are new.
-func (s *Service) markProcessed(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed) (map[uuid.UUID]bool, error) {
-	ids := make([]uuid.UUID, len(evs))
-	for i, ev := range evs {
-		ids[i] = ev.EventID
+// prepare is the charge transaction's work before the requests: the
+// processed_event rows of the events that may be charged (idx; unless
+// withDedup is false), then the hold of the claims of those that did not
+// create them. It returns the events to send and those whose claim moved
+// before the hold (errMovedMeanwhile in out, nothing sent: their
+// processed_event rows must be removed again). The duplicates get their
+// outcome in out. Its error, in tx, means that nothing was sent.
+func (s *Service) prepare(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed, created []bool, idx []int, withDedup bool, out []response) (send, moved []int, err error) {
+	send = idx
+	if withDedup && len(idx) > 0 {
+		isFresh, err := s.markProcessed(ctx, tx, evs, idx)
+		if err != nil {
+			return nil, nil, err
+		}
+		send = make([]int, 0, len(idx))
+		for _, i := range idx {
+			if isFresh[evs[i].EventID] {
+				send = append(send, i)
+			} else {
+				out[i].res.Outcome = Duplicate
+			}
+		}
+	}
+	return s.hold(ctx, tx, evs, created, send, out)
+}
+
+// holdSQL locks the pending claims of the pairs given FOR KEY SHARE, in
+// order, for the charge transaction, and returns those it locked.
+const holdSQL = `SELECT c.event_id FROM charge AS c JOIN unnest($1::bigint[], $2::uuid[]) AS v(o, e)
+ON c.order_id = v.o AND c.event_id = v.e WHERE c.status = 'pending' ORDER BY c.order_id FOR KEY SHARE OF c`
+
+// hold locks (holdSQL), until tx ends, the claims of the events of idx
+// that did not create them, and returns the events of idx to send and
+// those whose claim is no longer pending (see prepare). markSent has
+// already made sure that no creator of this binary releases such a claim;
+// the hold keeps a binary built before others_sent_at existed, which
+// releases on a refusal without looking at it, from deleting the claim
+// under a request in flight while both run during an upgrade.
+func (s *Service) hold(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed, created []bool, idx []int, out []response) (send, moved []int, err error) {
+	var orders []int64
+	var ids [][16]byte
+	for _, i := range idx {
+		if !created[i] {
+			orders, ids = append(orders, evs[i].OrderID), append(ids, evs[i].EventID)
+		}
+	}
+	if len(orders) == 0 {
+		return idx, nil, nil
+	}
+	held, err := holdClaims(ctx, tx, s.dbTimeout, orders, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	send = make([]int, 0, len(idx))
+	for _, i := range idx {
+		if created[i] || held[evs[i].EventID] {
+			send = append(send, i)
+			continue
+		}
+		out[i].err = fault.New(fault.Transient, fmt.Errorf("order %d: %w", evs[i].OrderID, errMovedMeanwhile))
+		moved = append(moved, i)
+	}
+	return send, moved, nil
+}
+
+// holdClaims runs holdSQL in tx; the charge path and the completer share it.
+func holdClaims(ctx context.Context, tx pgx.Tx, timeout time.Duration, orders []int64, ids [][16]byte) (map[uuid.UUID]bool, error) {
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	rows, err := tx.Query(hctx, holdSQL, orders, ids)
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("hold %d claims: %w", len(orders), err))
+	}
+	held, err := dedup.CollectUUIDs(rows)
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("hold %d claims: %w", len(orders), err))
+	}
+	isHeld := make(map[uuid.UUID]bool, len(held))
+	for _, id := range held {
+		isHeld[id] = true
+	}
+	return isHeld, nil
+}
+
+// markProcessed inserts the processed_event rows of evs[idx] in tx and
+// returns which are new.
+func (s *Service) markProcessed(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed, idx []int) (map[uuid.UUID]bool, error) {
+	ids := make([]uuid.UUID, len(idx))
+	for k, i := range idx {
+		ids[k] = evs[i].EventID
 	}
 	mctx, cancel := s.live(ctx)
 	defer cancel()
@@ -227,7 +301,7 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfi
 	wctx, cancel := s.detached(ctx)
 	defer cancel()
 	orders, ids, chargeIDs := make([]int64, len(charged)), make([][16]byte, len(charged)), make([]string, len(charged))
-	for k, i := range charged {
+	for k, i := range byOrder(evs, charged) {
 		orders[k], ids[k], chargeIDs[k] = evs[i].OrderID, evs[i].EventID, out[i].res.ChargeID
 	}
 	rows, err := tx.Query(wctx, recordSQL, orders, ids, chargeIDs, s.now())

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/fault"
@@ -210,21 +211,41 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 }
 
 // settle settles cl by NextClaimStatus: blocked without a re-send when it
-// is older than BlockAfter, else its request re-sent — after markSent has
-// recorded, committed, that the completer sends it, so that its creating
-// attempt, refused meanwhile, can no longer release it — and the answer
-// recorded. Its error is the pass's (a systemic answer, ctx ended, the
-// database): nothing more is to be done in this pass.
+// is older than BlockAfter, else its request re-sent and the answer
+// recorded. Before the request leaves, markSent records, committed, that
+// the completer sends it, so that its creating attempt, refused meanwhile,
+// can no longer release it; and the settling transaction holds the claim
+// (holdClaims) from before the request to the record, for a binary built
+// before others_sent_at that may run beside this one during an upgrade.
+// Its error is the pass's (a systemic answer, ctx ended, the database):
+// nothing more is to be done in this pass.
 func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, now time.Time) (Settled, error) {
 	out := Settled{Claim: cl}
+	orders, ids := []int64{cl.OrderID}, [][16]byte{cl.EventID}
 	facts := ClaimFacts{Actor: ActorCompleter, Age: now.Sub(cl.ClaimedAt), BlockAfter: c.BlockAfter}
 	if NextClaimStatus(facts) == ClaimBlocked {
 		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("outcome still unknown %s after the claim, past the block-after limit: not re-sent", facts.Age.Round(time.Second))
-		return out, c.write(ctx, conn, &out, blockSQL, []int64{cl.OrderID}, [][16]byte{cl.EventID}, out.Detail)
+		return out, c.write(ctx, conn, &out, blockSQL, orders, ids, out.Detail)
 	}
-	pending, err := markSent(ctx, conn, c.dbTimeout(), []int64{cl.OrderID}, [][16]byte{cl.EventID})
+	pending, err := markSent(ctx, conn, c.dbTimeout(), orders, ids)
 	if err != nil {
 		return out, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
+	}
+	bctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
+	defer cancel()
+	tx, err := conn.Begin(bctx)
+	if err != nil {
+		return out, fmt.Errorf("completer: settle order %d: begin: %w", cl.OrderID, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
+		defer cancel()
+		_ = tx.Rollback(rctx) // after a commit: a no-op
+	}()
+	if pending[cl.EventID] {
+		if pending, err = holdClaims(ctx, tx, c.dbTimeout(), orders, ids); err != nil {
+			return out, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
+		}
 	}
 	if !pending[cl.EventID] {
 		out.Result, out.Detail = settledMeanwhile, "released or settled since the pass read it; nothing sent"
@@ -241,24 +262,36 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, no
 	switch NextClaimStatus(facts) {
 	case ClaimCharged:
 		out.Result, out.Detail = string(ClaimCharged), r.ChargeID
-		return out, c.write(ctx, conn, &out, recordSQL, []int64{cl.OrderID}, [][16]byte{cl.EventID}, []string{r.ChargeID}, c.Now())
+		err = c.write(ctx, tx, &out, recordSQL, orders, ids, []string{r.ChargeID}, c.Now())
 	case ClaimBlocked:
 		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("re-sent by the completer: %v", err)
-		return out, c.write(ctx, conn, &out, blockSQL, []int64{cl.OrderID}, [][16]byte{cl.EventID}, out.Detail)
+		err = c.write(ctx, tx, &out, blockSQL, orders, ids, out.Detail)
 	default:
 		out.Result, out.Detail = string(ClaimPending), err.Error()
-		return out, c.write(ctx, conn, &out, stillUnknownSQL, cl.OrderID, [16]byte(cl.EventID), out.Detail, c.parkedBackoff().Milliseconds())
+		err = c.write(ctx, tx, &out, stillUnknownSQL, cl.OrderID, [16]byte(cl.EventID), out.Detail, c.parkedBackoff().Milliseconds())
 	}
+	return out, err
+}
+
+// executor is where write runs its statement: the completer's connection,
+// or its settling transaction (then write commits it).
+type executor interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // write runs the statement that records what settle did to out's claim,
 // on a context that outlives ctx (the provider's answer must be kept),
-// and logs it.
-func (c *Completer) write(ctx context.Context, conn *pgxpool.Conn, out *Settled, sql string, args ...any) error {
+// commits it when db is a transaction, and logs it.
+func (c *Completer) write(ctx context.Context, db executor, out *Settled, sql string, args ...any) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
 	defer cancel()
-	if _, err := conn.Exec(wctx, sql, args...); err != nil {
+	if _, err := db.Exec(wctx, sql, args...); err != nil {
 		return fmt.Errorf("completer: record order %d as %s: %w", out.OrderID, out.Result, err)
+	}
+	if tx, ok := db.(pgx.Tx); ok {
+		if err := tx.Commit(wctx); err != nil {
+			return fmt.Errorf("completer: record order %d as %s: commit: %w", out.OrderID, out.Result, err)
+		}
 	}
 	level := slog.LevelInfo
 	if out.Result == string(ClaimBlocked) {

@@ -248,8 +248,9 @@ func (e *env) assertChargedOnce(t *testing.T, ev events.OrderConfirmed) {
 
 // The steps of a redelivery whose first attempt left its claim pending
 // (a 5xx: nothing taken): the claim finds the event's own row, the send is
-// recorded (committed) before the charge transaction begins.
-var redeliverySteps = []string{"claim", "ledger lookup", "mark sent", "begin", "dedup insert", "charge", "record", "commit"}
+// recorded (committed) before the charge transaction begins, and the
+// transaction holds the claim before sending.
+var redeliverySteps = []string{"claim", "ledger lookup", "mark sent", "begin", "dedup insert", "claim hold", "charge", "record", "commit"}
 
 // TestCrashAtEveryStepOfARedelivery is TestCrashAtEveryStep for the
 // redelivery of an event with a pending claim: every step of its run,

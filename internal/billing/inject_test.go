@@ -105,6 +105,8 @@ func opName(sql string) string {
 		return "record"
 	case len(f) >= 1 && f[0] == "UPDATE" && strings.Contains(sql, "others_sent_at"):
 		return "mark sent"
+	case len(f) >= 1 && f[0] == "SELECT" && strings.Contains(sql, "FOR KEY SHARE"):
+		return "claim hold"
 	case len(f) >= 1 && f[0] == "SELECT":
 		return "ledger lookup"
 	case len(f) >= 1:

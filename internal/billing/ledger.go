@@ -1,8 +1,10 @@
 package billing
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -276,7 +278,7 @@ func scanClaim(row pgx.CollectableRow) (Claim, error) {
 // means that nothing may be sent.
 func (s *Service) markSent(ctx context.Context, evs []events.OrderConfirmed, idx []int) (map[uuid.UUID]bool, error) {
 	orders, ids := make([]int64, len(idx)), make([][16]byte, len(idx))
-	for k, i := range idx {
+	for k, i := range byOrder(evs, idx) {
 		orders[k], ids[k] = evs[i].OrderID, evs[i].EventID
 	}
 	return markSent(ctx, s.db, s.dbTimeout, orders, ids)
@@ -286,6 +288,15 @@ func (s *Service) markSent(ctx context.Context, evs []events.OrderConfirmed, idx
 const markSentSQL = `UPDATE charge c SET others_sent_at = coalesce(c.others_sent_at, now())
 FROM unnest($1::bigint[], $2::uuid[]) AS v(o, e)
 WHERE c.order_id = v.o AND c.event_id = v.e AND c.status = 'pending' RETURNING c.event_id`
+
+// byOrder returns idx sorted by the order ids of evs: the ledger
+// statements lock their rows in the order given, and one order across
+// them keeps two batches from deadlocking on each other's rows.
+func byOrder(evs []events.OrderConfirmed, idx []int) []int {
+	sorted := slices.Clone(idx)
+	slices.SortFunc(sorted, func(a, b int) int { return cmp.Compare(evs[a].OrderID, evs[b].OrderID) })
+	return sorted
+}
 
 // querier is what markSent needs: a pool, or one of its connections.
 type querier interface {
@@ -319,13 +330,17 @@ func (s *Service) release(ctx context.Context, evs []events.OrderConfirmed, toke
 	if len(evs) == 0 {
 		return nil
 	}
-	orders, ids := make([]int64, len(evs)), make([][16]byte, len(evs))
-	for k, ev := range evs {
-		orders[k], ids[k] = ev.OrderID, ev.EventID
+	orders, ids, toks := make([]int64, len(evs)), make([][16]byte, len(evs)), make([][16]byte, len(evs))
+	all := make([]int, len(evs))
+	for i := range all {
+		all[i] = i
+	}
+	for k, i := range byOrder(evs, all) {
+		orders[k], ids[k], toks[k] = evs[i].OrderID, evs[i].EventID, tokens[i]
 	}
 	wctx, cancel := s.detached(ctx)
 	defer cancel()
-	rows, err := s.db.Query(wctx, releaseSQL, orders, ids, tokens)
+	rows, err := s.db.Query(wctx, releaseSQL, orders, ids, toks)
 	var released []uuid.UUID
 	if err == nil {
 		released, err = dedup.CollectUUIDs(rows)

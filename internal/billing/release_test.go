@@ -546,3 +546,99 @@ VALUES ($1, $2, $3, $4::numeric, $5, $5, 'pending', NULL)`, ev.OrderID, ev.Event
 		t.Fatalf("legacy claim: %d rows, %d charges, status %q; want 1, 1, charged", n, e.sim.ChargesFor(ev.OrderID), e.status(t, ev.OrderID))
 	}
 }
+
+// A redelivery R of event E, batched with companions, looks up E's pending
+// claim (made by the creator A1, whose request is in flight). Before R
+// records its send, A1 is refused by a gateway's 404 and releases the
+// claim, so R sends nothing for E. The charge transaction of R's batch,
+// which commits for the companions, must not carry E's processed_event
+// row: else R's second look (processAll decides E again at once) finds E
+// "already processed" and reports a duplicate that nothing charged.
+// (Found by the adversarial review of 18426e2, where it failed.)
+func TestClaimReleasedBeforeItsSendLeavesNoProcessedRow(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	gw := gatewayNotFound(t).ForBilling()
+	const order = 20001
+	ev := event(order, 1000)
+
+	a1Sending, refuse := make(chan struct{}), make(chan struct{})
+	a1 := newService(t, e.pool, chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
+		close(a1Sending)
+		<-refuse
+		return gw.Charge(ctx, ch) // 404: NotTaken, A1 created the claim: released
+	}))
+	a1Done := make(chan error, 1)
+	go func() {
+		_, err := a1.Process(billing.WithAttempt(context.Background()), ev)
+		a1Done <- err
+	}()
+	<-a1Sending
+
+	var once sync.Once
+	in := newInjector()
+	in.gate = func(_ int, name string) {
+		if name == "mark sent" {
+			once.Do(func() {
+				close(refuse)
+				if err := <-a1Done; !fault.Is(err, fault.Permanent) {
+					t.Errorf("A1: %v; want permanent (the gateway's 404)", err)
+				}
+				if st := e.status(t, order); st != "" {
+					t.Errorf("setup: A1 did not release its claim (status %q)", st)
+				}
+			})
+		}
+	}
+	r := newService(t, faultDB{e.pool, in}, e.charger)
+	batch := []events.OrderConfirmed{e.companion(), ev, e.companion()}
+	res, errs := billing.ProcessBatch(billing.WithAttempt(context.Background()), r, batch, 1)
+	t.Logf("R's batch: %+v / %v (ops %q)", res, errs, in.trace())
+	t.Logf("after R: status %q, charges at the provider %d, processed_event rows %d",
+		e.status(t, order), e.sim.ChargesFor(order), e.processedRows(t, ev.EventID))
+	if errs[1] == nil && res[1].Outcome == billing.Duplicate && e.sim.ChargesFor(order) == 0 {
+		t.Errorf("E reported as a duplicate although nothing charged it: its processed_event row was committed by the companions' transaction; claim left %q",
+			e.status(t, order))
+	}
+	if e.processedRows(t, ev.EventID) == 1 && e.sim.ChargesFor(order) == 0 {
+		t.Errorf("E has a processed_event row but no charge")
+	}
+}
+
+// The same when the claim is blocked (by the completer) between a batched
+// redelivery's lookup and its send: E is dead-lettered as a conflict, and
+// no processed_event row of it may commit with the companions, or the
+// replay the BillingLedgerClaimBlocked runbook ends in — after the
+// operator released the claim — would be a duplicate that charges nothing.
+func TestClaimBlockedBeforeItsSendLeavesNoProcessedRow(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	const order = 20004
+	ev := event(order, 1000)
+	if _, err := e.pool.Exec(context.Background(), `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token)
+VALUES ($1, $2, $3, $4::numeric, $5, $5, 'pending', gen_random_uuid())`, ev.OrderID, ev.EventID, ev.CustomerID, ev.TotalAmount.String(), now); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	in := newInjector()
+	in.gate = func(_ int, name string) {
+		if name == "mark sent" {
+			once.Do(func() { // the completer blocks the claim meanwhile
+				if _, err := e.pool.Exec(context.Background(), "UPDATE charge SET status = 'blocked', last_error = 're-sent by the completer: 400' WHERE order_id = $1", order); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+	r := newService(t, faultDB{e.pool, in}, e.charger)
+	batch := []events.OrderConfirmed{e.companion(), ev, e.companion()}
+	res, errs := billing.ProcessBatch(billing.WithAttempt(context.Background()), r, batch, 1)
+	t.Logf("redelivery in a batch: %+v, %v; processed_event rows of E: %d", res[1], errs[1], e.processedRows(t, ev.EventID))
+	// The operator: the provider has nothing under E's key; release, replay.
+	if _, err := e.pool.Exec(context.Background(), "DELETE FROM charge WHERE order_id = $1 AND status = 'blocked'", order); err != nil {
+		t.Fatal(err)
+	}
+	rres, rerr := e.svc.Process(billing.WithAttempt(context.Background()), ev)
+	t.Logf("the operator's replay: %+v, %v; ledger %q; charges %d", rres, rerr, e.status(t, order), e.sim.ChargesFor(order))
+	if rerr == nil && rres.Outcome == billing.Duplicate && e.sim.ChargesFor(order) == 0 {
+		t.Errorf("the replay after the operator released the blocked claim is a 'duplicate' and charges nothing (claim left %q)", e.status(t, order))
+	}
+}
