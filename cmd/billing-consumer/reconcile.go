@@ -43,11 +43,8 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if *olderThan < 0 {
 		return fmt.Errorf("reconcile: --older-than must not be negative (%w)", errUsage)
 	}
-	cfg, err := loadConfig()
+	cfg, err := configFor(need{payment: !*dryRun})
 	if err != nil {
-		return err
-	}
-	if err := cfg.validate(need{payment: true}); err != nil {
 		return err
 	}
 	payTLS, err := paymentTLS(cfg)

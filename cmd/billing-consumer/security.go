@@ -41,15 +41,12 @@ var kafkaVars = map[string]string{
 }
 
 // validateKafkaSecurity checks the combination of the Kafka TLS and SASL
-// variables, each error naming the variable to fix. The files are read
-// later, by kafkaConns.
-func (c config) validateKafkaSecurity() error {
-	v := func(name, format string, args ...any) error {
-		return fmt.Errorf("%s_%s: %s", envPrefix, name, fmt.Sprintf(format, args...))
-	}
+// variables and reports every problem, each naming the variable to fix.
+// The files are read later, by kafkaConns.
+func (c config) validateKafkaSecurity(v problem) {
 	m, err := kafkaconn.ParseMechanism(c.KafkaSASLMechanism)
 	if err != nil {
-		return v("KAFKA_SASL_MECHANISM", "%v", err)
+		v("KAFKA_SASL_MECHANISM", "%v", err)
 	}
 	if !c.KafkaTLS {
 		for _, f := range []struct{ name, value string }{
@@ -57,31 +54,34 @@ func (c config) validateKafkaSecurity() error {
 			{"KAFKA_TLS_KEY_FILE", c.KafkaTLSKeyFile}, {"KAFKA_TLS_SERVER_NAME", c.KafkaTLSServerName},
 		} {
 			if f.value != "" {
-				return v(f.name, "set, but BILLING_KAFKA_TLS is false; set BILLING_KAFKA_TLS=true")
+				v(f.name, "set, but BILLING_KAFKA_TLS is false; set BILLING_KAFKA_TLS=true")
 			}
 		}
 	}
 	switch {
 	case c.KafkaTLSCertFile != "" && c.KafkaTLSKeyFile == "":
-		return v("KAFKA_TLS_KEY_FILE", "required with BILLING_KAFKA_TLS_CERT_FILE")
+		v("KAFKA_TLS_KEY_FILE", "required with BILLING_KAFKA_TLS_CERT_FILE")
 	case c.KafkaTLSKeyFile != "" && c.KafkaTLSCertFile == "":
-		return v("KAFKA_TLS_CERT_FILE", "required with BILLING_KAFKA_TLS_KEY_FILE")
+		v("KAFKA_TLS_CERT_FILE", "required with BILLING_KAFKA_TLS_KEY_FILE")
+	}
+	if err != nil {
+		return // which SASL variables are needed depends on the mechanism
 	}
 	if m == kafkaconn.None {
 		if c.KafkaSASLUsername != "" || c.KafkaSASLPassword != "" {
-			return v("KAFKA_SASL_MECHANISM", "none, but BILLING_KAFKA_SASL_USERNAME or _PASSWORD is set; set plain, scram-sha-256 or scram-sha-512")
+			v("KAFKA_SASL_MECHANISM", "none, but BILLING_KAFKA_SASL_USERNAME or _PASSWORD is set; set plain, scram-sha-256 or scram-sha-512")
 		}
-		return nil
+		return
 	}
-	switch {
-	case c.KafkaSASLUsername == "":
-		return v("KAFKA_SASL_USERNAME", "required with BILLING_KAFKA_SASL_MECHANISM=%s", m)
-	case c.KafkaSASLPassword == "":
-		return v("KAFKA_SASL_PASSWORD", "required with BILLING_KAFKA_SASL_MECHANISM=%s (or BILLING_KAFKA_SASL_PASSWORD_FILE)", m)
-	case m == kafkaconn.Plain && !c.KafkaTLS:
-		return v("KAFKA_SASL_MECHANISM", "plain sends the password unencrypted; it requires BILLING_KAFKA_TLS=true")
+	if c.KafkaSASLUsername == "" {
+		v("KAFKA_SASL_USERNAME", "required with BILLING_KAFKA_SASL_MECHANISM=%s", m)
 	}
-	return nil
+	if c.KafkaSASLPassword == "" {
+		v("KAFKA_SASL_PASSWORD", "required with BILLING_KAFKA_SASL_MECHANISM=%s (or BILLING_KAFKA_SASL_PASSWORD_FILE)", m)
+	}
+	if m == kafkaconn.Plain && !c.KafkaTLS {
+		v("KAFKA_SASL_MECHANISM", "plain sends the password unencrypted; it requires BILLING_KAFKA_TLS=true")
+	}
 }
 
 // kafkaConns reads the Kafka certificate files and builds the Dialer and
