@@ -23,6 +23,9 @@ func dlqCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("dlq: missing subcommand (replay, list or inspect) (%w)", errUsage)
 	}
 	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, dlqUsage)
+		return flag.ErrHelp
 	case "replay":
 		return dlqReplay(ctx, args[1:], stdout, stderr)
 	case "list", "inspect":
@@ -30,6 +33,17 @@ func dlqCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	return fmt.Errorf("dlq: unknown subcommand %q (%w)", args[0], errUsage)
 }
+
+// dlqUsage is the usage of `billing-consumer dlq`.
+const dlqUsage = `Usage: billing-consumer dlq replay|list|inspect [flags]
+
+  replay   republish the selected dead-lettered records (by default the exhausted ones) to the source topic
+  list     one line per dead-lettered record: where, why, which order, whether replay has republished it
+  inspect  the same records in full: headers, key and value
+
+Each reads BILLING_KAFKA_* (the service's own TLS/SASL settings) and needs no database;
+billing-consumer dlq <subcommand> -h lists its flags.
+`
 
 // dlqReplay is `billing-consumer dlq replay [--reason R] [--order ID]
 // [--partition P --offset O] [--max N] [--dry-run]`: republish the selected
@@ -40,9 +54,6 @@ func dlqCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // Kafka only, not the database or the provider.
 func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	opts, err := replayFlags(args, stdout)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
@@ -190,7 +201,7 @@ func kafkaCommand(ctx context.Context, stderr io.Writer) (config, *kafkaconn.Con
 		return cfg, nil, nil, err
 	}
 	logger := newLogger(cfg, stderr)
-	if err := checkKafka(ctx, kconns, cfg, logger); err != nil {
+	if err := checkKafka(ctx, kconns, cfg); err != nil {
 		return cfg, nil, nil, err
 	}
 	return cfg, kconns, logger, nil

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"time"
 
@@ -99,9 +98,10 @@ func kafkaConns(cfg config) (*kafkaconn.Conns, error) {
 // checkKafka connects once to the brokers, TLS and SASL included, before a
 // one-shot command's clients start: a rejected password or certificate is
 // a configuration error, reported as one line naming the variables to
-// check, instead of a client that retries forever. A broker that cannot be
-// reached is only logged: the clients retry, and it may be restarting.
-func checkKafka(ctx context.Context, conns *kafkaconn.Conns, cfg config, logger *slog.Logger) error {
+// check, instead of a client that retries forever. A one-shot command does
+// not wait for a broker it cannot reach either: it fails at once, and the
+// operator runs it again.
+func checkKafka(ctx context.Context, conns *kafkaconn.Conns, cfg config) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	err := conns.Check(ctx, cfg.KafkaBrokers)
@@ -110,8 +110,7 @@ func checkKafka(ctx context.Context, conns *kafkaconn.Conns, cfg config, logger 
 		return err
 	}
 	if ce.Kind == kafkaconn.Unreachable {
-		logger.Warn("kafka not reachable at startup; the clients keep retrying", "err", err)
-		return nil
+		return fmt.Errorf("%w (check BILLING_KAFKA_BROKERS, and that the brokers are up)", err)
 	}
 	return kafkaCheckError(err, ce)
 }
