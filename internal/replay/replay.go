@@ -262,9 +262,9 @@ func (r *Replayer) logBounds(ctx context.Context) (map[int]kafkagroup.Bounds, er
 type verdict struct {
 	reason      dlq.Reason
 	notSelected bool
-	why    string
-	out    kafka.Message
-	count  int // dlq-replay-count of out
+	why         string
+	out         kafka.Message
+	count       int // dlq-replay-count of out
 }
 
 // judge decides what to do with msg, by its headers and, with
