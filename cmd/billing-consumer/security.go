@@ -63,6 +63,9 @@ func (c config) validateKafkaSecurity(v problem) {
 	case c.KafkaTLSKeyFile != "" && c.KafkaTLSCertFile == "":
 		v("KAFKA_TLS_CERT_FILE", "required with BILLING_KAFKA_TLS_KEY_FILE")
 	}
+	readable(v, "KAFKA_TLS_CA_FILE", c.KafkaTLSCaFile)
+	readable(v, "KAFKA_TLS_CERT_FILE", c.KafkaTLSCertFile)
+	readable(v, "KAFKA_TLS_KEY_FILE", c.KafkaTLSKeyFile)
 	if err != nil {
 		return // which SASL variables are needed depends on the mechanism
 	}

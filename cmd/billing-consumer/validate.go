@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -173,6 +174,7 @@ func (c config) validatePayment(v problem) {
 	if c.PaymentCAFile != "" && (u == nil || u.Scheme != "https") {
 		v("PAYMENT_CA_FILE", "set, but BILLING_PAYMENT_URL is not https")
 	}
+	readable(v, "PAYMENT_CA_FILE", c.PaymentCAFile)
 	if c.CompleterAfter > 0 && c.CompleterAfter <= c.PaymentTimeout {
 		v("COMPLETER_AFTER", "must be above BILLING_PAYMENT_TIMEOUT (%s), got %s", c.PaymentTimeout, c.CompleterAfter)
 	}
@@ -265,3 +267,19 @@ func passwordsIn(conn string) []string {
 }
 
 var passwordParam = regexp.MustCompile(`(?i)(?:^|[\s?&])(?:ssl)?password=('[^']*'|[^\s&]*)`)
+
+// readable reports the file of BILLING_<name> when it is set and cannot be
+// read, with its path: a missing mount shows up with every other problem,
+// not alone at the next start. What the file holds is checked where it is
+// used (kafkaConns, paymentTLS).
+func readable(v problem, name, path string) {
+	if path == "" {
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		v(name, "cannot read %s: %v", path, errors.Unwrap(err))
+		return
+	}
+	_ = f.Close()
+}
