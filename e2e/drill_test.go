@@ -97,7 +97,7 @@ func TestDLQReplayRunbookDrill(t *testing.T) {
 	// The records not replayed are still the backlog the retention alert
 	// watches.
 	notReplayed := float64(len(before) - outage)
-	poll.Until(t, 30*time.Second, "billing_dlq_records to count the records not replayed", func() bool {
+	poll.Until(t, time.Minute, "billing_dlq_records to count the records not replayed", func() bool {
 		return scrapeGauge(t, metrics, "billing_dlq_records") == notReplayed
 	})
 	if err := p.Stop(30 * time.Second); err != nil {
