@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
 	"regexp"
@@ -139,12 +140,33 @@ func podTemplates(t *testing.T, b build) []podTemplate {
 		pts = append(pts, podTemplate{"Job " + j.Name, []string{"migrate"}, j.Spec.Template})
 	}
 	for _, c := range all[batchv1.CronJob](b) {
-		pts = append(pts, podTemplate{"CronJob " + c.Name, []string{"retention"}, c.Spec.JobTemplate.Spec.Template})
+		pts = append(pts, podTemplate{"CronJob " + c.Name, cronJobArgs[c.Name], c.Spec.JobTemplate.Spec.Template})
 	}
-	if len(pts) != 3 {
-		t.Fatalf("%s: %d pod templates, want the Deployment, the migration Job and the retention CronJob", b.dir, len(pts))
+	if len(pts) != 2+len(cronJobArgs) {
+		t.Fatalf("%s: %d pod templates, want the Deployment, the migration Job and the CronJobs %v", b.dir, len(pts), slices.Sorted(maps.Keys(cronJobArgs)))
 	}
 	return pts
+}
+
+// cronJobArgs are the args of each CronJob: the hourly retention pass, and
+// the suspended templates of the operator's one-off Jobs (kubectl create
+// job --from=cronjob/...).
+var cronJobArgs = map[string][]string{
+	"billing-consumer-retention":  {"retention"},
+	"billing-consumer-dlq-replay": {"dlq", "replay"},
+	"billing-consumer-reconcile":  {"reconcile"},
+}
+
+// cronJob returns the CronJob named name.
+func cronJob(t *testing.T, b build, name string) *batchv1.CronJob {
+	t.Helper()
+	for _, c := range all[batchv1.CronJob](b) {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("%s: no CronJob %s", b.dir, name)
+	return nil
 }
 
 // config returns the data of the ConfigMap the consumer's envFrom names.
@@ -504,7 +526,10 @@ func checkDiscovery(t *testing.T, b build) {
 	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.String() != "1" || pdb.Spec.MinAvailable != nil {
 		t.Errorf("%s: PodDisruptionBudget: want maxUnavailable 1", b.dir)
 	}
-	cj := one[batchv1.CronJob](t, b)
+	cj := cronJob(t, b, "billing-consumer-retention")
+	if cj.Spec.Suspend != nil && *cj.Spec.Suspend {
+		t.Errorf("%s: the retention CronJob is suspended", b.dir)
+	}
 	f := strings.Fields(cj.Spec.Schedule)
 	if minute, err := strconv.Atoi(f[0]); len(f) != 5 || err != nil || minute < 0 || minute > 59 || strings.Join(f[1:], " ") != "* * * *" {
 		t.Errorf("%s: retention schedule %q: want hourly (M * * * *)", b.dir, cj.Spec.Schedule)
@@ -512,7 +537,15 @@ func checkDiscovery(t *testing.T, b build) {
 	if cj.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent {
 		t.Errorf("%s: retention CronJob concurrencyPolicy %q, want Forbid", b.dir, cj.Spec.ConcurrencyPolicy)
 	}
-	for _, j := range []batchv1.JobSpec{one[batchv1.Job](t, b).Spec, cj.Spec.JobTemplate.Spec} {
+	jobs := []batchv1.JobSpec{one[batchv1.Job](t, b).Spec}
+	for _, c := range all[batchv1.CronJob](b) {
+		jobs = append(jobs, c.Spec.JobTemplate.Spec)
+		// The one-off templates never run by themselves.
+		if c.Name != cj.Name && (c.Spec.Suspend == nil || !*c.Spec.Suspend) {
+			t.Errorf("%s: CronJob %s is the template of a one-off Job and must be suspended", b.dir, c.Name)
+		}
+	}
+	for _, j := range jobs {
 		if j.BackoffLimit == nil || j.ActiveDeadlineSeconds == nil {
 			t.Errorf("%s: Jobs must bound their retries (backoffLimit) and their time (activeDeadlineSeconds)", b.dir)
 		}

@@ -97,23 +97,71 @@ type config struct {
 	PaymentCAFile         string `split_words:"true" desc:"PEM file of the CA certificates trusted for an https BILLING_PAYMENT_URL, instead of the system roots"`
 }
 
-// loadConfig reads the environment and resolves *_FILE secrets. Its errors
-// are one line naming the variable, and never contain a secret's value.
-func loadConfig() (config, error) {
-	var c config
-	if err := envconfig.Process(envPrefix, &c); err != nil {
-		var pe *envconfig.ParseError
-		if errors.As(err, &pe) {
-			return c, parseError{errors.New(strings.Join(parseErrors(), "; "))}
+// configFor reads the configuration and validates it for a command. Every
+// problem is reported at once, on one line, each starting with the
+// variable to fix: unknown BILLING_* variables (with the nearest known
+// name), values that do not parse, secrets given twice or in unreadable
+// files, and whatever validate finds in the rest. A variable that did not
+// parse is checked as if it held its default, and its own problem is told
+// once. No message holds a secret's value.
+func configFor(n need) (config, error) {
+	problems := unknownVariables(environ())
+	c, reported := readConfig(&problems)
+	c.resolveSecrets(&problems, reported)
+	for _, p := range c.validate(n) {
+		if name, _, _ := strings.Cut(p, ":"); !reported[name] {
+			problems = append(problems, p)
 		}
-		return c, err
+	}
+	if len(problems) > 0 {
+		return c, errors.New(strings.Join(problems, "; "))
+	}
+	return c, nil
+}
+
+// defaultsPrefix is a prefix no one sets: processing the config struct with
+// it yields the defaults of its tags.
+const defaultsPrefix = "BILLING_CONFIG_DEFAULTS_ONLY"
+
+// readConfig reads each field of config on its own (envconfig.Process
+// stops at the first value it cannot parse), with the field's own tags, so
+// the same variable name. A field that does not parse gets its default and
+// its variable goes into reported, with the problem appended to problems.
+func readConfig(problems *[]string) (config, map[string]bool) {
+	var c, def config
+	if err := envconfig.Process(defaultsPrefix, &def); err != nil {
+		panic(fmt.Sprintf("config defaults: %v", err)) // a programmer error in the tags
+	}
+	reported := map[string]bool{}
+	cv, dv := reflect.ValueOf(&c).Elem(), reflect.ValueOf(def)
+	t := cv.Type()
+	for i := range t.NumField() {
+		one := reflect.New(reflect.StructOf([]reflect.StructField{t.Field(i)}))
+		var pe *envconfig.ParseError
+		switch err := envconfig.Process(envPrefix, one.Interface()); {
+		case errors.As(err, &pe):
+			*problems = append(*problems, fmt.Sprintf("%s: cannot parse %q as %s", pe.KeyName, pe.Value, pe.TypeName))
+			reported[pe.KeyName] = true
+			cv.Field(i).Set(dv.Field(i))
+		case err != nil:
+			panic(fmt.Sprintf("config field %s: %v", t.Field(i).Name, err))
+		default:
+			cv.Field(i).Set(one.Elem().Field(0))
+		}
 	}
 	// The same list is validated and used: no stray spaces. An empty entry
 	// stays, for validate to reject.
 	for i, b := range c.KafkaBrokers {
 		c.KafkaBrokers[i] = strings.TrimSpace(b)
 	}
-	var errs []string
+	return c, reported
+}
+
+// resolveSecrets replaces each secret given as a file by the file's
+// trimmed content. A secret given twice, or a file that cannot be read, is
+// a problem of its own; the secret's variable then goes into reported, so
+// that validate's "required" does not contradict it.
+func (c *config) resolveSecrets(problems *[]string, reported map[string]bool) {
 	for _, sec := range []struct {
 		name        string
 		value, file *string
@@ -124,56 +172,16 @@ func loadConfig() (config, error) {
 	} {
 		v, err := secret(sec.name, *sec.value, *sec.file)
 		if err != nil {
-			errs = append(errs, err.Error())
+			*problems = append(*problems, err.Error())
+			reported[envPrefix+"_"+sec.name] = true
+			continue
 		}
 		*sec.value = v
 	}
-	if len(errs) > 0 {
-		return c, errors.New(strings.Join(errs, "; "))
-	}
-	return c, nil
-}
-
-// parseErrors returns every variable envconfig cannot parse, each as
-// "NAME: cannot parse ...". envconfig.Process stops at the first, so each
-// field is processed alone, in a struct of its own with the same tags (and
-// so the same variable name).
-func parseErrors() []string {
-	var out []string
-	t := reflect.TypeFor[config]()
-	for i := range t.NumField() {
-		one := reflect.New(reflect.StructOf([]reflect.StructField{t.Field(i)}))
-		var pe *envconfig.ParseError
-		if err := envconfig.Process(envPrefix, one.Interface()); errors.As(err, &pe) {
-			out = append(out, fmt.Sprintf("%s: cannot parse %q as %s", pe.KeyName, pe.Value, pe.TypeName))
-		}
-	}
-	return out
-}
-
-// parseError is a variable envconfig could not parse: the struct is not
-// filled past it, so nothing else can be checked.
-type parseError struct{ error }
-
-// configFor reads the configuration and validates it for a command: every
-// problem at once (the secrets' files and the values), on one line. Only a
-// value envconfig cannot parse stops it at that variable.
-func configFor(n need) (config, error) {
-	c, err := loadConfig()
-	if errors.As(err, new(parseError)) {
-		return c, err
-	}
-	verr := c.validate(n)
-	switch {
-	case err != nil && verr != nil:
-		return c, fmt.Errorf("%w; %w", err, verr)
-	case err != nil:
-		return c, err
-	}
-	return c, verr
 }
 
 // secret returns value, or the trimmed content of file when file is set.
+// Its errors name the variables and the file's path, never the value.
 func secret(name, value, file string) (string, error) {
 	if file == "" {
 		return value, nil

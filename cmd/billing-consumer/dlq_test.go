@@ -31,7 +31,12 @@ func TestDLQReplayWrongCommandLine(t *testing.T) {
 		{[]string{"dlq", "replay", "--max", "0"}, "dlq replay: --max must be at least 1, got 0"},
 		{[]string{"dlq", "replay", "--max=-3"}, "dlq replay: --max must be at least 1, got -3"},
 		{[]string{"dlq", "replay", "--reason", "Exhausted"}, `dlq replay: --reason: unknown reason "Exhausted"`},
-		{[]string{"dlq", "replay", "--reason="}, ""}, // empty means every reason: accepted
+		{[]string{"dlq", "replay", "--reason="}, `dlq replay: --reason: unknown reason ""`},
+		{[]string{"dlq", "replay", "--partition", "0"}, "dlq replay: --partition and --offset go together"},
+		{[]string{"dlq", "replay", "--offset", "3"}, "dlq replay: --partition and --offset go together"},
+		{[]string{"dlq", "replay", "--order", "0"}, "dlq replay: --order must be a positive order id, got 0"},
+		{[]string{"dlq", "replay", "--order=-5"}, "dlq replay: --order must be a positive order id, got -5"},
+		{[]string{"dlq", "replay", "--order", "7", "--partition", "1", "--offset", "2", "--reason", "conflict"}, ""},
 		{[]string{"dlq", "replay", "--dry-run", "now"}, `dlq replay: unexpected argument "now"`},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -151,8 +156,9 @@ func TestDLQReplayCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dry run: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, "dry run") || sum["exhausted"] != [3]int{3, 0, 0} || sum["invalid"] != [3]int{1, 0, 0} ||
-		sum["total"] != [3]int{4, 0, 0} {
+	// By default only the exhausted records are selected.
+	if !strings.Contains(out, "dry run") || sum["exhausted"] != [3]int{3, 0, 0} || sum["invalid"] != [3]int{0, 1, 0} ||
+		sum["total"] != [3]int{3, 1, 0} {
 		t.Fatalf("dry run summary:\n%s", out)
 	}
 
@@ -178,24 +184,29 @@ func TestDLQReplayCommand(t *testing.T) {
 		t.Fatalf("source topic has %d records, want 3", got)
 	}
 
-	// A record at the limit: a summary, then one line naming the record.
+	// A record at the limit: no table, one line naming the record.
 	dlqProduce(t, brokers, dlqTopic, dead(4, dlq.Exhausted, 2))
 	for range 2 {
-		sum, out, logs, err = replay()
-		if err == nil || !strings.HasPrefix(err.Error(), "dlq replay: refused record "+dlqTopic+"/0@4: dlq-replay-count 2 has reached the limit of 2 replays") ||
+		var out bytes.Buffer
+		var errOut logtest.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		err := run(ctx, []string{"dlq", "replay"}, &out, &errOut)
+		cancel()
+		if err == nil || !strings.HasPrefix(err.Error(), "dlq replay stopped (it republished 0 record(s) before): refused record "+dlqTopic+"/0@4: dlq-replay-count 2 has reached the limit of 2 replays") ||
 			strings.Contains(err.Error(), "\n") {
 			t.Fatalf("replay at the limit: %v, want a refusal of %s/0@4", err, dlqTopic)
 		}
-		if sum["exhausted"] != [3]int{0, 0, 1} {
-			t.Errorf("summary at the limit:\n%s", out)
+		if out.Len() != 0 {
+			t.Errorf("stdout at the limit:\n%s", out.String())
 		}
+		logs = logLines(t, errOut.String())
 		if len(logsWithMsg(logs, "dead-letter record refused, replay stops")) != 1 {
 			t.Errorf("the refusal is not logged")
 		}
 	}
 }
 
-// parseSummary reads the REASON REPLAYED SKIPPED REFUSED table.
+// parseSummary reads the REASON REPLAYED NOT_SELECTED REFUSED table.
 func parseSummary(t *testing.T, out string) map[string][3]int {
 	t.Helper()
 	rows := map[string][3]int{}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,9 +28,6 @@ import (
 // way to look at dead letters.
 func dlqBrowse(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	filter, asJSON, err := browseFlags(name, args, stdout, time.Now())
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
@@ -40,7 +38,10 @@ func dlqBrowse(ctx context.Context, name string, args []string, stdout, stderr i
 	client := &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: kconns.Transport, Timeout: 30 * time.Second}
 	bc := dlq.BrowseConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaDLQTopic, ReplayGroup: cfg.dlqReplayGroup(),
 		Dialer: kconns.Dialer, Client: client}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	// The records are written to stdout only once all are read: a failure
+	// half-way (Kafka gone) must not leave a table that looks complete.
+	var out bytes.Buffer
+	tw := tabwriter.NewWriter(&out, 0, 4, 2, ' ', 0)
 	if name == "list" && !asJSON {
 		fmt.Fprintln(tw, "PARTITION\tOFFSET\tFAILED_AT\tREASON\tORDER\tATTEMPTS\tREPLAYED\tORIGINAL\tERROR")
 	}
@@ -49,19 +50,22 @@ func dlqBrowse(ctx context.Context, name string, args []string, stdout, stderr i
 		n++
 		switch {
 		case asJSON:
-			return json.NewEncoder(stdout).Encode(entryJSON(e, name == "inspect"))
+			return json.NewEncoder(&out).Encode(entryJSON(e, name == "inspect"))
 		case name == "list":
 			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%d\t%t\t%s/%d@%d\t%s\n", e.Partition, e.Offset,
 				e.FailedAt.UTC().Format(time.RFC3339), e.Reason, e.OrderID, e.Attempts, e.Replayed,
 				e.OriginalTopic, e.OriginalPartition, e.OriginalOffset, oneLine(e.Error, 120))
 		default:
-			printEntry(stdout, e)
+			printEntry(&out, e)
 		}
 		return nil
 	})
-	_ = tw.Flush()
 	if err != nil {
 		return fmt.Errorf("dlq %s of %s: %w", name, cfg.KafkaDLQTopic, err)
+	}
+	_ = tw.Flush()
+	if _, err := out.WriteTo(stdout); err != nil {
+		return err
 	}
 	if !asJSON {
 		fmt.Fprintf(stderr, "%d dead-letter record(s) of %s selected\n", n, cfg.KafkaDLQTopic)

@@ -48,28 +48,39 @@ var errUsage = errors.New("see billing-consumer help")
 // run executes the command in args (without the program name) until it
 // finishes or ctx is cancelled (SIGTERM, SIGINT). Settings come from the
 // BILLING_* environment, read by envconfig. Output for people goes to
-// stdout, JSON logs to stderr.
+// stdout, JSON logs to stderr. Every command and subcommand answers -h and
+// --help with its usage on stdout and a nil error (exit 0); a command that
+// fails prints no result on stdout, only its error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	err := dispatch(ctx, args, stdout, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // the usage is printed
+	}
+	return err
+}
+
+// dispatch runs one command; flag.ErrHelp means it printed its usage.
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	command := "run"
 	if len(args) > 0 {
 		command, args = args[0], args[1:]
 	}
 	switch command {
 	case "run":
-		return serve(ctx, args, stderr)
+		return serve(ctx, args, stdout, stderr)
 	case "help", "-h", "-help", "--help":
-		if err := noFlags("help", args); err != nil {
+		if err := noFlags("help", args, stdout); err != nil {
 			return err
 		}
 		return help(stdout)
 	case "version", "--version":
-		if err := noFlags("version", args); err != nil {
+		if err := noFlags("version", args, stdout); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "billing-consumer %s (commit %s, %s)\n", version, commit, runtime.Version())
 		return nil
 	case "migrate":
-		return withDB(ctx, args, "migrate", stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
+		return withDB(ctx, args, "migrate", stdout, stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
 			n, err := migrations.Up(ctx, pool, logger)
 			if err != nil {
 				return err
@@ -82,7 +93,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		})
 	case "retention":
-		return withDB(ctx, args, "retention", stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
+		return withDB(ctx, args, "retention", stdout, stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
+			if err := schemaCurrent(ctx, pool); err != nil {
+				return err
+			}
 			_, err := maintainer(cfg, pool, logger).RunOnce(ctx)
 			return err
 		})
@@ -98,11 +112,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return fmt.Errorf("unknown command %q: %w", command, errUsage)
 }
 
-// noFlags rejects arguments for commands that take none.
-func noFlags(name string, args []string) error {
+// noFlags rejects arguments for commands that take none; -h or --help
+// prints the command's usage on stdout and returns flag.ErrHelp.
+func noFlags(name string, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(stdout, "Usage: billing-consumer %s\n\n%s\n", name, plainUsage[name])
+		return err
+	} else if err != nil {
 		return fmt.Errorf("%s: %w (%w)", name, err, errUsage)
 	}
 	if fs.NArg() > 0 {
@@ -111,10 +129,22 @@ func noFlags(name string, args []string) error {
 	return nil
 }
 
+// plainUsage says what each command without flags does, for its -h.
+var plainUsage = map[string]string{
+	"run": "Consume until SIGTERM/SIGINT, then shut down gracefully (also the command when none is given).\n" +
+		"Needs BILLING_KAFKA_BROKERS, BILLING_DATABASE_URL and BILLING_PAYMENT_URL; billing-consumer help lists every variable.",
+	"migrate": "Apply the embedded database migrations and create the dedup partitions, then exit.\n" +
+		"Safe to run concurrently and repeatedly. Needs BILLING_DATABASE_URL.",
+	"retention": "One pass of dedup partition maintenance (create ahead, drop expired), then exit.\n" +
+		"Needs BILLING_DATABASE_URL and a migrated database.",
+	"help":    "Print the commands and every BILLING_* variable with its type, default and meaning.",
+	"version": "Print the version, commit and Go version.",
+}
+
 // withDB runs a one-shot command that needs only the database.
-func withDB(ctx context.Context, args []string, name string, stderr io.Writer,
+func withDB(ctx context.Context, args []string, name string, stdout, stderr io.Writer,
 	fn func(context.Context, config, *pgxpool.Pool, *slog.Logger) error) error {
-	if err := noFlags(name, args); err != nil {
+	if err := noFlags(name, args, stdout); err != nil {
 		return err
 	}
 	cfg, err := configFor(need{})
@@ -171,6 +201,20 @@ func openPool(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
+// schemaCurrent fails, saying to run billing-consumer migrate, while the
+// database's schema is behind the migrations this binary embeds: the
+// one-shot commands would otherwise fail on a missing table or column.
+func schemaCurrent(ctx context.Context, pool *pgxpool.Pool) error {
+	cur, latest, err := migrations.Versions(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if cur < latest {
+		return fmt.Errorf("database schema version %d, this build needs %d: run billing-consumer migrate", cur, latest)
+	}
+	return nil
+}
+
 func maintainer(cfg config, pool *pgxpool.Pool, logger *slog.Logger) *dedup.Maintainer {
 	return &dedup.Maintainer{
 		Pool: pool, Retention: cfg.DedupRetention, Ahead: cfg.DedupPartitionsAhead,
@@ -185,13 +229,14 @@ Usage:
   billing-consumer [run]                          consume until SIGTERM/SIGINT, then shut down gracefully
   billing-consumer migrate                        apply the embedded database migrations, create the dedup partitions, exit
   billing-consumer retention                      one pass of dedup partition maintenance and exit
-  billing-consumer dlq replay [--max N] [--dry-run] [--reason R]
-                                                  republish dead-lettered records (R: invalid, permanent, conflict
-                                                  or exhausted) to the source topic from where the last replay
-                                                  stopped, print a summary and exit; -h for details
+  billing-consumer dlq replay [--reason R] [--order ID] [--partition P --offset O] [--max N] [--dry-run]
+                                                  republish the selected dead-lettered records to the source
+                                                  topic: by default the exhausted ones (R: invalid, permanent,
+                                                  conflict or exhausted); only those republished are marked
+                                                  replayed. Print a summary and exit; -h for details
   billing-consumer dlq list [--reason R] [--since D|T] [--order ID] [--json]
                                                   one line per dead-lettered record (where, why, which order,
-                                                  whether replay has passed it), read with the service's
+                                                  whether replay has republished it), read with the service's
                                                   Kafka TLS/SASL settings; changes nothing
   billing-consumer dlq inspect [--reason R] [--since D|T] [--order ID] [--json]
                                                   the same records in full: headers, key and value
@@ -209,9 +254,14 @@ Usage:
   billing-consumer help                           this text
   billing-consumer version                        version, commit and Go version
 
+Every command and subcommand prints its usage with -h or --help.
+
 Environment. The secrets may instead be read from a mounted file named by
   BILLING_DATABASE_URL_FILE, BILLING_PAYMENT_TOKEN_FILE or
-  BILLING_KAFKA_SASL_PASSWORD_FILE (one of each pair, not both):
+  BILLING_KAFKA_SASL_PASSWORD_FILE (one of each pair, not both). A BILLING_*
+  variable not in this table stops the start, naming the nearest known one,
+  except those Kubernetes injects for a Service named billing-consumer
+  (BILLING_CONSUMER_SERVICE_HOST, BILLING_CONSUMER_PORT_9090_TCP, ...):
 
 `)
 	if err := printUsage(w); err != nil {

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -28,13 +32,21 @@ func completer(cfg config, pool *pgxpool.Pool, charger billing.Charger, logger *
 // [--dry-run]`: one completer pass, whatever the other replicas do (it
 // waits for none: the advisory lock makes it skip when a running service
 // is settling at that moment, and it says so), then a table of what it
-// did and of the claims still unsettled.
+// did and of the claims still unsettled. A dry run reads the ledger only:
+// it needs no provider (BILLING_PAYMENT_URL) and sends nothing. A failed
+// pass prints no table, only its error.
 func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	olderThan := fs.Duration("older-than", 0, "settle the pending claims older than this (default BILLING_COMPLETER_AFTER)")
-	dryRun := fs.Bool("dry-run", false, "list what would be re-sent; send nothing, change nothing")
-	if err := fs.Parse(args); err != nil {
+	fs.SetOutput(io.Discard)
+	olderThan := fs.Duration("older-than", 0, "settle the pending claims older than `D` (default BILLING_COMPLETER_AFTER)")
+	dryRun := fs.Bool("dry-run", false, "list what would be re-sent; send nothing, change nothing (needs no BILLING_PAYMENT_URL)")
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(stdout, "Usage: billing-consumer reconcile [--older-than D] [--dry-run]")
+		fmt.Fprintln(stdout, "\nSettle the pending ledger claims by re-sending their stored request (same key, same body), list them and the blocked ones, and exit.")
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return err
+	} else if err != nil {
 		return fmt.Errorf("reconcile: %w (%w)", err, errUsage)
 	}
 	if fs.NArg() > 0 {
@@ -43,38 +55,63 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if *olderThan < 0 {
 		return fmt.Errorf("reconcile: --older-than must not be negative (%w)", errUsage)
 	}
-	cfg, err := loadConfig()
-	if err != nil {
-		return err
-	}
-	if err := cfg.validate(need{payment: true}); err != nil {
-		return err
-	}
-	payTLS, err := paymentTLS(cfg)
+	cfg, err := configFor(need{payment: !*dryRun})
 	if err != nil {
 		return err
 	}
 	logger := newLogger(cfg, stderr)
-	payer, err := payment.New(payment.Config{
-		BaseURL: cfg.PaymentURL, Token: cfg.PaymentToken, Timeout: cfg.PaymentTimeout,
-		Proxy: http.ProxyFromEnvironment, TLS: payTLS,
-	})
+	charger, closeCharger, err := reconcileCharger(cfg, *dryRun)
 	if err != nil {
 		return err
 	}
-	defer payer.CloseIdleConnections()
+	defer closeCharger()
 	pool, err := openPool(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	rep, err := completer(cfg, pool, payer.ForBilling(), logger).RunOnce(ctx, billing.PassOptions{OlderThan: *olderThan, DryRun: *dryRun, ListBlocked: true})
-	printReconcile(stdout, rep)
-	return err
+	if err := schemaCurrent(ctx, pool); err != nil {
+		return err
+	}
+	rep, err := completer(cfg, pool, charger, logger).RunOnce(ctx, billing.PassOptions{OlderThan: *olderThan, DryRun: *dryRun, ListBlocked: true})
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	printReconcile(stdout, rep, *dryRun)
+	return nil
 }
 
-// printReconcile writes what a pass did for an operator.
-func printReconcile(w io.Writer, rep billing.PassReport) {
+// reconcileCharger is the provider's client, or for a dry run a charger
+// that refuses to be called: a dry run never sends.
+func reconcileCharger(cfg config, dryRun bool) (billing.Charger, func(), error) {
+	if dryRun {
+		return noCharger{}, func() {}, nil
+	}
+	payTLS, err := paymentTLS(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	payer, err := payment.New(payment.Config{
+		BaseURL: cfg.PaymentURL, Token: cfg.PaymentToken, Timeout: cfg.PaymentTimeout,
+		Proxy: http.ProxyFromEnvironment, TLS: payTLS,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return payer.ForBilling(), payer.CloseIdleConnections, nil
+}
+
+// noCharger is the charger of a dry run.
+type noCharger struct{}
+
+func (noCharger) Charge(context.Context, billing.ChargeRequest) (billing.ChargeResult, error) {
+	return billing.ChargeResult{}, errors.New("reconcile --dry-run sends nothing")
+}
+
+// printReconcile writes what a pass did for an operator, counting each
+// result by name: a dry run says what it would do, and that it did
+// nothing.
+func printReconcile(w io.Writer, rep billing.PassReport, dryRun bool) {
 	if rep.Skipped {
 		fmt.Fprintln(w, "another process is settling claims right now (the completer's lock is held); nothing was re-sent")
 	}
@@ -84,9 +121,23 @@ func printReconcile(w io.Writer, rep billing.PassReport) {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", s.OrderID, s.EventID, s.Amount, s.ClaimedAt.UTC().Format(time.RFC3339), s.Result, s.Detail)
 	}
 	_ = tw.Flush()
+	byResult := map[string]int{}
+	for _, s := range rep.Settled {
+		byResult[s.Result]++
+	}
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(byResult)) {
+		parts = append(parts, fmt.Sprintf("%d %s", byResult[r], r))
+	}
+	did := "stale pending claims: none"
+	if len(parts) > 0 {
+		did = "stale pending claims: " + strings.Join(parts, ", ")
+	}
+	if dryRun {
+		did = "dry run, nothing sent or changed; " + did
+	}
 	u := rep.Unsettled
-	fmt.Fprintf(w, "%d claims handled; now %d pending (oldest %s), %d blocked\n",
-		len(rep.Settled), u.Pending, u.OldestPending.Round(time.Second), u.Blocked)
+	fmt.Fprintf(w, "%s; now %d pending (oldest %s), %d blocked\n", did, u.Pending, u.OldestPending.Round(time.Second), u.Blocked)
 	if u.Blocked > 0 {
 		fmt.Fprintln(w, "blocked claims need an operator: see BillingLedgerClaimBlocked in docs/operations.md")
 	}

@@ -44,15 +44,12 @@ var kafkaVars = map[string]string{
 }
 
 // validateKafkaSecurity checks the combination of the Kafka TLS and SASL
-// variables, each error naming the variable to fix. The files are read
-// later, by kafkaConns.
-func (c config) validateKafkaSecurity() error {
-	v := func(name, format string, args ...any) error {
-		return fmt.Errorf("%s_%s: %s", envPrefix, name, fmt.Sprintf(format, args...))
-	}
+// variables and reports every problem, each naming the variable to fix.
+// The files are read later, by kafkaConns.
+func (c config) validateKafkaSecurity(v problem) {
 	m, err := kafkaconn.ParseMechanism(c.KafkaSASLMechanism)
 	if err != nil {
-		return v("KAFKA_SASL_MECHANISM", "%v", err)
+		v("KAFKA_SASL_MECHANISM", "%v", err)
 	}
 	if !c.KafkaTLS {
 		for _, f := range []struct{ name, value string }{
@@ -60,31 +57,37 @@ func (c config) validateKafkaSecurity() error {
 			{"KAFKA_TLS_KEY_FILE", c.KafkaTLSKeyFile}, {"KAFKA_TLS_SERVER_NAME", c.KafkaTLSServerName},
 		} {
 			if f.value != "" {
-				return v(f.name, "set, but BILLING_KAFKA_TLS is false; set BILLING_KAFKA_TLS=true")
+				v(f.name, "set, but BILLING_KAFKA_TLS is false; set BILLING_KAFKA_TLS=true")
 			}
 		}
 	}
 	switch {
 	case c.KafkaTLSCertFile != "" && c.KafkaTLSKeyFile == "":
-		return v("KAFKA_TLS_KEY_FILE", "required with BILLING_KAFKA_TLS_CERT_FILE")
+		v("KAFKA_TLS_KEY_FILE", "required with BILLING_KAFKA_TLS_CERT_FILE")
 	case c.KafkaTLSKeyFile != "" && c.KafkaTLSCertFile == "":
-		return v("KAFKA_TLS_CERT_FILE", "required with BILLING_KAFKA_TLS_KEY_FILE")
+		v("KAFKA_TLS_CERT_FILE", "required with BILLING_KAFKA_TLS_KEY_FILE")
+	}
+	readable(v, "KAFKA_TLS_CA_FILE", c.KafkaTLSCaFile)
+	readable(v, "KAFKA_TLS_CERT_FILE", c.KafkaTLSCertFile)
+	readable(v, "KAFKA_TLS_KEY_FILE", c.KafkaTLSKeyFile)
+	if err != nil {
+		return // which SASL variables are needed depends on the mechanism
 	}
 	if m == kafkaconn.None {
 		if c.KafkaSASLUsername != "" || c.KafkaSASLPassword != "" {
-			return v("KAFKA_SASL_MECHANISM", "none, but BILLING_KAFKA_SASL_USERNAME or _PASSWORD is set; set plain, scram-sha-256 or scram-sha-512")
+			v("KAFKA_SASL_MECHANISM", "none, but BILLING_KAFKA_SASL_USERNAME or _PASSWORD is set; set plain, scram-sha-256 or scram-sha-512")
 		}
-		return nil
+		return
 	}
-	switch {
-	case c.KafkaSASLUsername == "":
-		return v("KAFKA_SASL_USERNAME", "required with BILLING_KAFKA_SASL_MECHANISM=%s", m)
-	case c.KafkaSASLPassword == "":
-		return v("KAFKA_SASL_PASSWORD", "required with BILLING_KAFKA_SASL_MECHANISM=%s (or BILLING_KAFKA_SASL_PASSWORD_FILE)", m)
-	case m == kafkaconn.Plain && !c.KafkaTLS:
-		return v("KAFKA_SASL_MECHANISM", "plain sends the password unencrypted; it requires BILLING_KAFKA_TLS=true")
+	if c.KafkaSASLUsername == "" {
+		v("KAFKA_SASL_USERNAME", "required with BILLING_KAFKA_SASL_MECHANISM=%s", m)
 	}
-	return nil
+	if c.KafkaSASLPassword == "" {
+		v("KAFKA_SASL_PASSWORD", "required with BILLING_KAFKA_SASL_MECHANISM=%s (or BILLING_KAFKA_SASL_PASSWORD_FILE)", m)
+	}
+	if m == kafkaconn.Plain && !c.KafkaTLS {
+		v("KAFKA_SASL_MECHANISM", "plain sends the password unencrypted; it requires BILLING_KAFKA_TLS=true")
+	}
 }
 
 // kafkaConns reads the Kafka certificate files and builds the Dialer and
@@ -105,9 +108,10 @@ func kafkaConns(cfg config, logger *slog.Logger) (*kafkaconn.Conns, error) {
 // checkKafka connects once to the brokers, TLS and SASL included, before a
 // one-shot command's clients start: a rejected password or certificate is
 // a configuration error, reported as one line naming the variables to
-// check, instead of a client that retries forever. A broker that cannot be
-// reached is only logged: the clients retry, and it may be restarting.
-func checkKafka(ctx context.Context, conns *kafkaconn.Conns, cfg config, logger *slog.Logger) error {
+// check, instead of a client that retries forever. A one-shot command does
+// not wait for a broker it cannot reach either: it fails at once, and the
+// operator runs it again.
+func checkKafka(ctx context.Context, conns *kafkaconn.Conns, cfg config) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	err := conns.Check(ctx, cfg.KafkaBrokers)
@@ -116,8 +120,7 @@ func checkKafka(ctx context.Context, conns *kafkaconn.Conns, cfg config, logger 
 		return err
 	}
 	if ce.Kind == kafkaconn.Unreachable {
-		logger.Warn("kafka not reachable at startup; the clients keep retrying", "err", err)
-		return nil
+		return fmt.Errorf("%w (check BILLING_KAFKA_BROKERS, and that the brokers are up)", err)
 	}
 	return kafkaCheckError(err, ce)
 }

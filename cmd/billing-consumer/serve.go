@@ -27,8 +27,8 @@ import (
 // would be a promise the code does not keep; tests set the environment
 // with t.Setenv instead. newService and Run take the config struct, so
 // everything below the configuration is testable without an environment.
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	if err := noFlags("run", args); err != nil {
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if err := noFlags("run", args, stdout); err != nil {
 		return err
 	}
 	cfg, err := configFor(need{kafka: true, payment: true})
@@ -97,6 +97,12 @@ func (s *service) Run(ctx context.Context) error {
 		"dlq_topic", s.cfg.KafkaDLQTopic, "http_addr", s.ln.Addr().String())
 
 	if err := s.startup(ctx); err != nil {
+		if errors.Is(err, errStoppedBeforeReady) {
+			// A SIGTERM during startup (a rollout while a dependency is
+			// down) is a clean stop: nothing was consumed.
+			s.logger.Info("billing-consumer stopped before ready", "reason", err.Error())
+			return nil
+		}
 		return err
 	}
 

@@ -60,7 +60,7 @@ func (p permanent) Unwrap() error { return p.error }
 // then one dedup maintenance pass (so that the first events of a fresh
 // database find their processed_event partitions). It returns nil when all
 // are done, the permanent error of a step, or, when ctx ends first, an
-// error naming the step it was waiting for.
+// errStoppedBeforeReady naming the step it was waiting for.
 func (s *service) startup(ctx context.Context) error {
 	steps := []struct {
 		name  string
@@ -89,6 +89,9 @@ func (s *service) startup(ctx context.Context) error {
 	return nil
 }
 
+// errStoppedBeforeReady wraps startup's error when ctx ended first.
+var errStoppedBeforeReady = errors.New("stopped before ready")
+
 // waitFor calls check until it succeeds. Each failure sets /readyz's
 // reason; a change of reason is logged once, not every attempt.
 func (s *service) waitFor(ctx context.Context, name string, check func(context.Context) error) error {
@@ -110,7 +113,7 @@ func (s *service) waitFor(ctx context.Context, name string, check func(context.C
 		reason := fmt.Sprintf("waiting for %s: %v", name, err)
 		s.ready.set(reason)
 		if ctx.Err() != nil {
-			return fmt.Errorf("stopped before ready, %s", reason)
+			return fmt.Errorf("%w, %s", errStoppedBeforeReady, reason)
 		}
 		if reason != logged {
 			s.logger.Warn("not ready", "step", name, "err", err.Error())
@@ -118,7 +121,7 @@ func (s *service) waitFor(ctx context.Context, name string, check func(context.C
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("stopped before ready, %s", reason)
+			return fmt.Errorf("%w, %s", errStoppedBeforeReady, reason)
 		case <-time.After(delay + rand.N(delay/5+1)):
 		}
 		delay = min(2*delay, s.cfg.StartupBackoffMax)

@@ -5,15 +5,21 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// validate checks the settings a command uses and reports every problem
-// at once, on one line: each starts with the variable to fix, separated by
-// "; ", so one restart shows all that is wrong.
-func (c config) validate(n need) error {
+// validate checks the settings a command uses and returns every problem:
+// each starts with the variable to fix ("BILLING_X: ..."), so that
+// configFor can show them all on one line and one restart shows all that
+// is wrong.
+func (c config) validate(n need) []string {
 	var errs []string
 	v := func(name, format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
@@ -22,11 +28,8 @@ func (c config) validate(n need) error {
 		}
 		errs = append(errs, msg)
 	}
-	if !n.withoutDB && c.DatabaseURL == "" {
-		v("DATABASE_URL", "required (or BILLING_DATABASE_URL_FILE)")
-	} else if !n.withoutDB && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") &&
-		!strings.Contains(c.DatabaseURL, "=") {
-		v("DATABASE_URL", "not a postgres:// URL or key=value connection string")
+	if !n.withoutDB {
+		c.validateDatabaseURL(v)
 	}
 	if c.DBMaxConns < 0 {
 		v("DB_MAX_CONNS", "must be 0 (automatic) or positive, got %d", c.DBMaxConns)
@@ -88,10 +91,7 @@ func (c config) validate(n need) error {
 	if n.payment {
 		c.validatePayment(v)
 	}
-	if len(errs) > 0 {
-		return errors.New(strings.Join(errs, "; "))
-	}
-	return nil
+	return errs
 }
 
 // problem records one configuration error about BILLING_<name>; an empty
@@ -146,9 +146,7 @@ func (c config) validateKafka(v problem) {
 	if c.DLQBacklogInterval < time.Second {
 		v("DLQ_BACKLOG_INTERVAL", "must be at least 1s, got %s", c.DLQBacklogInterval)
 	}
-	if err := c.validateKafkaSecurity(); err != nil {
-		v("", "%s", err.Error())
-	}
+	c.validateKafkaSecurity(v)
 }
 
 func (c config) validatePayment(v problem) {
@@ -176,6 +174,7 @@ func (c config) validatePayment(v problem) {
 	if c.PaymentCAFile != "" && (u == nil || u.Scheme != "https") {
 		v("PAYMENT_CA_FILE", "set, but BILLING_PAYMENT_URL is not https")
 	}
+	readable(v, "PAYMENT_CA_FILE", c.PaymentCAFile)
 	if c.CompleterAfter > 0 && c.CompleterAfter <= c.PaymentTimeout {
 		v("COMPLETER_AFTER", "must be above BILLING_PAYMENT_TIMEOUT (%s), got %s", c.PaymentTimeout, c.CompleterAfter)
 	}
@@ -207,4 +206,84 @@ func (c config) validateDLQ(v problem) {
 	if c.dlqReplayGroup() == c.KafkaGroupID {
 		v("DLQ_REPLAY_GROUP_ID", "must differ from BILLING_KAFKA_GROUP_ID")
 	}
+}
+
+// validateDatabaseURL checks BILLING_DATABASE_URL as pgx will read it and
+// names what is wrong (a parameter such as sslmode, the port, the syntax),
+// never the value: the string may hold a password.
+func (c config) validateDatabaseURL(v problem) {
+	u := c.DatabaseURL
+	switch {
+	case u == "":
+		v("DATABASE_URL", "required (or BILLING_DATABASE_URL_FILE)")
+		return
+	case !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") && !strings.Contains(u, "="):
+		v("DATABASE_URL", "not a postgres:// URL or key=value connection string")
+		return
+	}
+	if _, err := pgxpool.ParseConfig(u); err != nil {
+		v("DATABASE_URL", "%s", connStringProblem(u, err))
+	}
+}
+
+// connStringProblem is what pgx says is wrong with the connection string
+// conn, without the string itself: pgx's ParseConfigError quotes it
+// (passwords masked on a best-effort basis only) before its message.
+func connStringProblem(conn string, err error) string {
+	msg := err.Error()
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		if i := strings.LastIndex(msg, "`: "); i >= 0 {
+			msg = msg[i+len("`: "):]
+		} else {
+			msg = "not a valid connection string"
+		}
+	}
+	for _, pw := range passwordsIn(conn) {
+		if strings.Contains(msg, pw) {
+			return "not a valid connection string"
+		}
+	}
+	return msg
+}
+
+// passwordsIn returns the candidate passwords of a connection string: the
+// URL's user info after its first colon, and every password= or
+// sslpassword= value of either syntax.
+func passwordsIn(conn string) []string {
+	var out []string
+	if rest, ok := strings.CutPrefix(conn, "postgres://"); ok || strings.HasPrefix(conn, "postgresql://") {
+		if !ok {
+			rest = strings.TrimPrefix(conn, "postgresql://")
+		}
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			if _, pw, found := strings.Cut(rest[:at], ":"); found && pw != "" {
+				out = append(out, pw)
+			}
+		}
+	}
+	for _, m := range passwordParam.FindAllStringSubmatch(conn, -1) {
+		if m[1] != "" {
+			out = append(out, strings.Trim(m[1], "'"))
+		}
+	}
+	return out
+}
+
+var passwordParam = regexp.MustCompile(`(?i)(?:^|[\s?&])(?:ssl)?password=('[^']*'|[^\s&]*)`)
+
+// readable reports the file of BILLING_<name> when it is set and cannot be
+// read, with its path: a missing mount shows up with every other problem,
+// not alone at the next start. What the file holds is checked where it is
+// used (kafkaConns, paymentTLS).
+func readable(v problem, name, path string) {
+	if path == "" {
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		v(name, "cannot read %s: %v", path, errors.Unwrap(err))
+		return
+	}
+	_ = f.Close()
 }

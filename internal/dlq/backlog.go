@@ -20,8 +20,8 @@ import (
 // consumed: what an operator still has to look at before the topic's
 // retention deletes it.
 type Backlog struct {
-	// Records past the replay group's committed offsets (from the earliest
-	// retained offset where the group has none), over all partitions.
+	// Records not replayed by the replay group (its Position), over all
+	// partitions, among those still retained.
 	Records int64
 	// Oldest is the timestamp of the oldest of them; zero when none.
 	Oldest time.Time
@@ -40,17 +40,16 @@ func ReadBacklog(ctx context.Context, client *kafka.Client, topic, replayGroup s
 		return Backlog{}, err
 	}
 	ids := slices.Sorted(maps.Keys(bounds))
-	pos, err := kafkagroup.CommittedOffsets(ctx, client, replayGroup, topic, ids)
+	positions, err := ReadPositions(ctx, client, replayGroup, topic, ids)
 	if err != nil {
 		return Backlog{}, err
 	}
 	var b Backlog
 	for _, id := range ids {
-		from := bounds[id].First // no commit (absent or -1), or one deleted since
-		if c, ok := pos[id]; ok && c > from {
-			from = c
-		}
-		n := bounds[id].End - from
+		pos := positions[id]
+		pos.Start(bounds[id].First) // no commit (-1), or records deleted since
+		from := pos.Next            // never replayed: the oldest record of the backlog
+		n := bounds[id].End - from - pos.ReplayedIn(from, bounds[id].End)
 		if n <= 0 {
 			continue
 		}

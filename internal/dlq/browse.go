@@ -34,8 +34,8 @@ type Entry struct {
 	// OrderID is the order_id of the value, else the key read as a
 	// decimal; 0 when neither is one (an invalid record).
 	OrderID int64
-	// Replayed is true for records before the replay group's committed
-	// offset: dlq replay republished or skipped them already.
+	// Replayed is true for records dlq replay has republished (its
+	// group's Position); a record no run selected is not.
 	Replayed bool
 	Key      []byte
 	Value    []byte
@@ -77,9 +77,9 @@ func Browse(ctx context.Context, cfg BrowseConfig, filter Filter, fn func(Entry)
 		return err
 	}
 	ids := slices.Sorted(maps.Keys(bounds))
-	replayed := map[int]int64{}
+	replayed := map[int]Position{}
 	if cfg.ReplayGroup != "" {
-		if replayed, err = kafkagroup.CommittedOffsets(ctx, cfg.Client, cfg.ReplayGroup, cfg.Topic, ids); err != nil {
+		if replayed, err = ReadPositions(ctx, cfg.Client, cfg.ReplayGroup, cfg.Topic, ids); err != nil {
 			return err
 		}
 	}
@@ -95,7 +95,7 @@ func Browse(ctx context.Context, cfg BrowseConfig, filter Filter, fn func(Entry)
 	return nil
 }
 
-func browsePartition(ctx context.Context, cfg BrowseConfig, partition int, b kafkagroup.Bounds, replayedTo int64,
+func browsePartition(ctx context.Context, cfg BrowseConfig, partition int, b kafkagroup.Bounds, pos Position,
 	filter Filter, fn func(Entry) error) error {
 	rd, err := kafkagroup.OpenPartition(kafkagroup.ReaderConfig{Brokers: cfg.Brokers, Topic: cfg.Topic,
 		Partition: partition, Dialer: cfg.Dialer}, b.First)
@@ -113,7 +113,7 @@ func browsePartition(ctx context.Context, cfg BrowseConfig, partition int, b kaf
 		}
 		next = msg.Offset + 1
 		e := entryOf(msg)
-		e.Replayed = msg.Offset < replayedTo
+		e.Replayed = pos.Replayed(msg.Offset)
 		if filter.match(e) {
 			if err := fn(e); err != nil {
 				return err
@@ -153,15 +153,23 @@ func entryOf(msg kafka.Message) Entry {
 			e.ReplayCount, _ = strconv.Atoi(v)
 		}
 	}
+	e.OrderID = OrderID(msg.Key, msg.Value)
+	return e
+}
+
+// OrderID is the order of a dead-letter record: the order_id of its value,
+// else its key read as a decimal; 0 when neither is one (an invalid
+// record). dlq list --order and dlq replay --order select by it.
+func OrderID(key, value []byte) int64 {
 	var ev struct {
 		OrderID json.Number `json:"order_id"`
 	}
-	if json.Unmarshal(msg.Value, &ev) == nil {
-		e.OrderID, _ = strconv.ParseInt(ev.OrderID.String(), 10, 64)
+	var id int64
+	if json.Unmarshal(value, &ev) == nil {
+		id, _ = strconv.ParseInt(ev.OrderID.String(), 10, 64)
 	}
-	if e.OrderID <= 0 {
-		e.OrderID, _ = strconv.ParseInt(string(msg.Key), 10, 64)
+	if id <= 0 {
+		id, _ = strconv.ParseInt(string(key), 10, 64)
 	}
-	e.OrderID = max(e.OrderID, 0)
-	return e
+	return max(id, 0)
 }

@@ -45,9 +45,17 @@ func TestReadBacklog(t *testing.T) {
 		t.Errorf("Retention = %v, want the topic's retention.ms (the broker's default is finite)", b.Retention)
 	}
 
+	// The default replay takes the exhausted records only: the invalid
+	// one stays in the backlog (a replay once marked it replayed, and the
+	// retention alert went blind), dated by its own timestamp.
 	env.mustRun(t, Options{})
 	b, err = dlq.ReadBacklog(ctx, env.client, env.dlq, env.group)
+	if err != nil || b.Records != 1 || b.Oldest.IsZero() || !b.Oldest.After(oldest.Time.Add(time.Minute)) {
+		t.Errorf("after the default replay: %+v, %v; want the invalid record left", b, err)
+	}
+	env.mustRun(t, Options{Reason: dlq.Invalid})
+	b, err = dlq.ReadBacklog(ctx, env.client, env.dlq, env.group)
 	if err != nil || b.Records != 0 || !b.Oldest.IsZero() {
-		t.Errorf("after a replay: %+v, %v; want no records", b, err)
+		t.Errorf("after replaying the invalid one too: %+v, %v; want no records", b, err)
 	}
 }

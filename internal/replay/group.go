@@ -12,6 +12,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
@@ -101,15 +102,24 @@ func (run *replayRun) generation(ctx context.Context, gen *kafka.Generation) err
 		ids = append(ids, a.ID)
 	}
 	run.log.Info("replay partitions assigned", "generation", gen.ID, "partitions", ids)
-	for _, a := range assigned {
-		commit := func(next int64) error {
-			err := kafkagroup.Commit(gen, topic, map[int]int64{a.ID: next}, commitTimeout)
+	positions, err := dlq.ReadPositions(work, run.r.client, gen.GroupID, topic, ids)
+	if err != nil {
+		if ctx.Err() == nil && work.Err() != nil {
+			return errRebalanced
+		}
+		return err
+	}
+	for _, id := range ids {
+		commit := func(p dlq.Position) error {
+			cctx, cancel := context.WithTimeout(ctx, commitTimeout)
+			defer cancel()
+			err := dlq.CommitPosition(cctx, run.r.client, gen.GroupID, gen.ID, gen.MemberID, topic, id, p)
 			if kafkagroup.Rebalanced(err) {
 				return fmt.Errorf("%w: %w", errRebalanced, err)
 			}
 			return err
 		}
-		stop, err := run.partition(ctx, work, a.ID, a.Offset, commit)
+		stop, err := run.partition(ctx, work, id, positions[id], commit)
 		if err != nil {
 			if ctx.Err() == nil && work.Err() != nil {
 				return errRebalanced
@@ -123,21 +133,16 @@ func (run *replayRun) generation(ctx context.Context, gen *kafka.Generation) err
 	return nil
 }
 
-// dryRun judges every partition from the group's committed offsets without
+// dryRun judges every partition from the group's positions without
 // joining the group.
 func (run *replayRun) dryRun(ctx context.Context) error {
-	topic := run.r.cfg.DLQTopic
 	ids := slices.Sorted(maps.Keys(run.bounds))
-	committed, err := kafkagroup.CommittedOffsets(ctx, run.r.client, run.r.cfg.GroupID, topic, ids)
+	positions, err := dlq.ReadPositions(ctx, run.r.client, run.r.cfg.GroupID, run.r.cfg.DLQTopic, ids)
 	if err != nil {
 		return err
 	}
 	for _, id := range ids {
-		from, ok := committed[id]
-		if !ok {
-			from = -1
-		}
-		stop, err := run.partition(ctx, ctx, id, from, nil)
+		stop, err := run.partition(ctx, ctx, id, positions[id], nil)
 		if err != nil || stop {
 			return err
 		}
@@ -145,33 +150,32 @@ func (run *replayRun) dryRun(ctx context.Context) error {
 	return nil
 }
 
-// startOf returns the bounds of partition at the start of the run and the
-// offset to replay it from, given the group's offset from (negative:
-// none); ok is false when there is nothing to replay: the partition was
-// created after the start, or the group is at its end.
-func (run *replayRun) startOf(partition int, from int64) (b kafkagroup.Bounds, start int64, ok bool) {
-	b, ok = run.bounds[partition]
+// span returns the offsets [start, end) of partition to read, given its
+// position (moved past the expired records); ok is false when there is
+// nothing to read: another partition than Options.At's, one created after
+// the start, or one the group has replayed to its end.
+func (run *replayRun) span(partition int, pos *dlq.Position) (start, end int64, ok bool) {
+	b, ok := run.bounds[partition]
 	if !ok {
-		return b, 0, false // created after the start
+		return 0, 0, false // created after the start
 	}
-	start = from
-	if start < b.First {
-		if start >= 0 {
-			run.log.Warn("dead-letter records expired before they were replayed", "partition", partition,
-				"from", start, "first", b.First)
-		}
-		start = b.First
+	if pos.Next >= 0 && pos.Next < b.First {
+		run.log.Warn("dead-letter records expired before they were replayed", "partition", partition,
+			"from", pos.Next, "first", b.First)
 	}
-	return b, start, start < b.End
+	pos.Start(b.First)
+	if at := run.opts.At; at != nil {
+		return at.Offset, at.Offset + 1, at.Partition == partition
+	}
+	return pos.Next, b.End, pos.Next < b.End
 }
 
-// partition replays one partition from the group's offset from (negative:
-// none) up to its end at the start of the run. commit is nil in a dry run.
-// Skipped records are committed with the next republished one or at the
-// end. stop reports that the run must end here (--max reached).
-func (run *replayRun) partition(ctx, work context.Context, partition int, from int64, commit func(int64) error) (stop bool, err error) {
+// partition replays one partition from its first record not replayed (pos)
+// up to its end at the start of the run. commit is nil in a dry run. stop
+// reports that the run must end here (--max reached, or a refused record).
+func (run *replayRun) partition(ctx, work context.Context, partition int, pos dlq.Position, commit func(dlq.Position) error) (stop bool, err error) {
 	cfg := run.r.cfg
-	b, start, ok := run.startOf(partition, from)
+	start, end, ok := run.span(partition, &pos)
 	if !ok {
 		return false, nil
 	}
@@ -185,53 +189,31 @@ func (run *replayRun) partition(ctx, work context.Context, partition int, from i
 
 	// The DLQ writer is not transactional, so offsets are dense up to the
 	// end: the loop reaches it.
-	next, committed := start, start
-	flush := func() error {
-		if commit == nil || next == committed {
-			return nil
-		}
-		if err := commit(next); err != nil {
-			return fmt.Errorf("commit %s/%d at %d: %w", cfg.DLQTopic, partition, next, err)
-		}
-		committed = next
-		return nil
-	}
-	for next < b.End {
+	for next := start; next < end; {
 		msg, err := rd.FetchMessage(work)
 		if err != nil {
-			_ = flush() // best effort: the skipped records before
 			return false, fmt.Errorf("read %s/%d at %d: %w", cfg.DLQTopic, partition, next, err)
 		}
-		if msg.Offset >= b.End {
+		if msg.Offset >= end {
 			break
 		}
-		v := run.r.judge(msg, run.opts.Reason)
+		next = msg.Offset + 1
+		if run.opts.At == nil && pos.Replayed(msg.Offset) {
+			continue // an earlier run's
+		}
+		v := run.r.judge(msg, run.opts)
 		at := []any{"offset", msg.Offset, "reason", string(v.reason)}
 		switch {
-		case v.skip:
-			run.sum.count(v.reason, func(c *Counts) { c.Skipped++ })
-			next = msg.Offset + 1
-			log.Debug("dead-letter record skipped by the reason filter", at...)
+		case v.notSelected:
+			run.sum.count(v.reason, func(c *Counts) { c.NotSelected++ })
+			log.Debug("dead-letter record not selected, left as it is", at...)
 		case v.why != "":
 			run.sum.count(v.reason, func(c *Counts) { c.Refused++ })
 			log.Error("dead-letter record refused, replay stops", append(at, "why", v.why)...)
-			if err := flush(); err != nil {
-				return false, err
-			}
 			return true, &RefusedError{Topic: cfg.DLQTopic, Partition: partition, Offset: msg.Offset, Why: v.why}
 		default:
-			if commit != nil {
-				// The operator's ctx, not work: a rebalance must not
-				// abort a write half-way (it would be retried anyway).
-				if err := run.writer.WriteMessages(ctx, v.out); err != nil {
-					_ = flush()
-					return false, fmt.Errorf("republish %s/%d@%d to %s: %w", cfg.DLQTopic, partition, msg.Offset, cfg.SourceTopic, err)
-				}
-			}
-			run.sum.count(v.reason, func(c *Counts) { c.Replayed++ })
-			next = msg.Offset + 1
-			if err := flush(); err != nil {
-				return false, fmt.Errorf("%w (the record was republished and will be again, which is harmless)", err)
+			if stop, err := run.republish(ctx, msg, v, &pos, commit); err != nil || stop {
+				return stop, err
 			}
 			msgText := "dead-letter record replayed"
 			if commit == nil {
@@ -244,5 +226,32 @@ func (run *replayRun) partition(ctx, work context.Context, partition int, from i
 			}
 		}
 	}
-	return false, flush()
+	return false, nil
+}
+
+// republish writes v.out to the source topic, then marks msg replayed in
+// pos and commits pos; in a dry run (commit nil) it only counts. A mark
+// that no longer fits the commit is found before anything is written.
+func (run *replayRun) republish(ctx context.Context, msg kafka.Message, v verdict, pos *dlq.Position, commit func(dlq.Position) error) (stop bool, err error) {
+	cfg := run.r.cfg
+	if commit == nil {
+		run.sum.count(v.reason, func(c *Counts) { c.Replayed++ })
+		return false, nil
+	}
+	marked := pos.Clone()
+	if err := marked.Mark(msg.Offset); err != nil {
+		return true, fmt.Errorf("%s/%d: %w; replay the records before it first (dlq list shows them)", cfg.DLQTopic, msg.Partition, err)
+	}
+	// The operator's ctx, not the generation's: a rebalance must not abort
+	// a write half-way (it would be retried anyway).
+	if err := run.writer.WriteMessages(ctx, v.out); err != nil {
+		return false, fmt.Errorf("republish %s/%d@%d to %s: %w", cfg.DLQTopic, msg.Partition, msg.Offset, cfg.SourceTopic, err)
+	}
+	run.sum.count(v.reason, func(c *Counts) { c.Replayed++ })
+	*pos = marked
+	if err := commit(marked); err != nil {
+		return false, fmt.Errorf("commit %s/%d at %d: %w (the record was republished and will be again, which is harmless)",
+			cfg.DLQTopic, msg.Partition, marked.Next, err)
+	}
+	return false, nil
 }

@@ -48,13 +48,33 @@ type Options struct {
 	// where it would stop, but republishes and commits nothing, and does not
 	// join the group (a running replay is not disturbed).
 	DryRun bool
-	// Reason, when set, replays only records of this dlq-reason and skips
-	// the others.
+	// Reason selects the records of this dlq-reason; empty: exhausted, the
+	// only reason a replay can fix by itself (a provider that failed for
+	// long). invalid, permanent and conflict records fail the same way
+	// again, and a replayed conflict pages again: they are replayed only
+	// when asked for by name.
 	Reason dlq.Reason
+	// Order, when positive, selects only the records of this order (the
+	// value's order_id, else the key; see dlq.OrderID).
+	Order int64
+	// At, when set, selects only the record at this partition and offset
+	// (still of the selected reason). It is replayed even if an earlier run
+	// did: a replay is harmless, and its replay count still guards loops.
+	At *RecordAt
 }
 
-// Counts are the records of one reason, or of all.
-type Counts struct{ Replayed, Skipped, Refused int }
+// RecordAt names one record of the dead-letter topic.
+type RecordAt struct {
+	Partition int
+	Offset    int64
+}
+
+func (o Options) reason() dlq.Reason { return cmp.Or(o.Reason, dlq.Exhausted) }
+
+// Counts are the records of one reason, or of all. NotSelected are the
+// records a run read but did not select (another reason or order): they
+// stay as they were, not replayed, for a later run that selects them.
+type Counts struct{ Replayed, NotSelected, Refused int }
 
 // Summary is what a run did. In a dry run, Replayed counts the records
 // that would have been republished.
@@ -95,33 +115,38 @@ func (e *RefusedError) Error() string {
 // (in other processes, or other Replayers) split the partitions.
 //
 // Position. The replayer reads the dead-letter topic as its own consumer
-// group and commits by hand, so a run resumes where the last one stopped.
-// Each run reads only up to the log-end offsets seen when it starts, so it
-// ends even while new records keep arriving. The group's offsets live as
-// long as the broker's offsets.retention.minutes after a run; a run after
-// they expired starts over at the oldest retained record (harmless, see
-// below, but it spends replay counts).
+// group and commits by hand a dlq.Position per partition: the first record
+// not yet replayed as the offset, the records replayed past it in the
+// commit's metadata. Only republished records are marked replayed, so a
+// run resumes where it can and the records it did not select stay in the
+// backlog (billing_dlq_records) for a later run. Each run reads only up to
+// the log-end offsets seen when it starts, so it ends even while new
+// records keep arriving. The group's offsets live as long as the broker's
+// offsets.retention.minutes after a run; a run after they expired starts
+// over at the oldest retained record (harmless, see below, but it spends
+// replay counts).
 //
-// Per record, in offset order:
-//   - a reason filter is set and dlq-reason differs: skipped. The position
-//     moves past it for good: the group's offset means "decided up to
-//     here", and a later run of the same group, whatever its filter, does
-//     not see it. Another group replays from the start.
+// Per record, in offset order, from the first not replayed (a record at
+// Options.At: that one only):
+//   - replayed by an earlier run: passed over.
+//   - not selected (its dlq-reason is not Options.Reason, by default
+//     exhausted; or not of Options.Order): left as it is, counted
+//     NotSelected.
 //   - no dlq-original-topic header, one naming another topic than the
 //     configured source topic (a forged or misrouted record must not write
 //     wherever a header says), an unreadable dlq-replay-count, or a
 //     dlq-replay-count at the limit: refused. The run stops with a
-//     *RefusedError naming the record and does NOT commit past it, so every
-//     later run stops there too until an operator deals with it: raises the
-//     limit, or moves the group past it (kafka-consumer-groups --group G
-//     --topic DLQ:P --reset-offsets --to-offset O+1 --execute). A record that
-//     fails again after a replay comes back with its count (Record keeps
-//     dlq-replay-count), so a poison record cannot loop forever.
+//     *RefusedError naming the record, which stays not replayed, so every
+//     later run selecting it stops there too until an operator deals with
+//     it (dlq inspect shows it): a record that fails again after a replay
+//     comes back with its count (Record keeps dlq-replay-count), so a
+//     poison record cannot loop forever. The others can still be replayed
+//     by Options.Order or Options.At.
 //   - otherwise: republished to the source topic with its original key and
 //     value, its original non-dlq headers and dlq-replay-count = previous+1
 //     (every other dlq-* header dropped), partitioned by key hash like the
 //     DLQ writer, acknowledged by all in-sync replicas, and only then
-//     committed.
+//     marked replayed and committed.
 //
 // Duplicates are harmless by construction: a crash or rebalance between a
 // republish and its commit republishes the record again, and two replay
@@ -166,19 +191,29 @@ func (r *Replayer) Run(ctx context.Context, opts Options) (Summary, error) {
 	if opts.Max < 0 {
 		return sum, fmt.Errorf("max must not be negative, got %d", opts.Max)
 	}
-	if opts.Reason != "" {
-		if _, err := dlq.ParseReason(string(opts.Reason)); err != nil {
-			return sum, err
-		}
+	if _, err := dlq.ParseReason(string(opts.reason())); err != nil {
+		return sum, err
 	}
 	bounds, err := r.logBounds(ctx)
 	if err != nil {
 		return sum, err
 	}
+	if at := opts.At; at != nil {
+		b, ok := bounds[at.Partition]
+		if !ok || at.Offset < b.First || at.Offset >= b.End {
+			return sum, fmt.Errorf("no record at %s/%d@%d (partition %s)", r.cfg.DLQTopic, at.Partition, at.Offset, describe(b, ok))
+		}
+	}
 	run := &replayRun{r: r, opts: opts, sum: &sum, bounds: bounds,
 		log: r.cfg.Logger.With("dlq_topic", r.cfg.DLQTopic, "group", r.cfg.GroupID, "dry_run", opts.DryRun)}
-	run.log.Info("dlq replay started", "source_topic", r.cfg.SourceTopic, "reason_filter", string(opts.Reason),
-		"max", opts.Max, "max_replays", r.cfg.MaxReplays)
+	attrs := []any{"source_topic", r.cfg.SourceTopic, "reason", string(opts.reason()), "max", opts.Max, "max_replays", r.cfg.MaxReplays}
+	if opts.Order > 0 {
+		attrs = append(attrs, "order_id", opts.Order)
+	}
+	if opts.At != nil {
+		attrs = append(attrs, "partition", opts.At.Partition, "offset", opts.At.Offset)
+	}
+	run.log.Info("dlq replay started", attrs...)
 	if opts.DryRun {
 		err = run.dryRun(ctx)
 	} else {
@@ -197,7 +232,7 @@ func (r *Replayer) Run(ctx context.Context, opts Options) (Summary, error) {
 		}
 	}
 	t := sum.Total
-	attrs := []any{"replayed", t.Replayed, "skipped", t.Skipped, "refused", t.Refused, "max_reached", sum.MaxReached}
+	attrs = []any{"replayed", t.Replayed, "not_selected", t.NotSelected, "refused", t.Refused, "max_reached", sum.MaxReached}
 	if err != nil {
 		attrs = append(attrs, "err", err)
 	}
@@ -205,23 +240,36 @@ func (r *Replayer) Run(ctx context.Context, opts Options) (Summary, error) {
 	return sum, err
 }
 
+// describe says what partition b holds, for an error about a record it
+// does not.
+func describe(b kafkagroup.Bounds, exists bool) string {
+	switch {
+	case !exists:
+		return "does not exist"
+	case b.First >= b.End:
+		return "is empty"
+	}
+	return fmt.Sprintf("holds offsets %d to %d", b.First, b.End-1)
+}
+
 // logBounds snapshots the dead-letter topic's partitions.
 func (r *Replayer) logBounds(ctx context.Context) (map[int]kafkagroup.Bounds, error) {
 	return kafkagroup.LogBounds(ctx, r.client, r.cfg.DLQTopic)
 }
 
-// verdict is what replay does with one record: skip it, refuse it (why),
-// or republish out.
+// verdict is what replay does with one record: leave it (not selected),
+// refuse it (why), or republish out.
 type verdict struct {
-	reason dlq.Reason
-	skip   bool
-	why    string
-	out    kafka.Message
-	count  int // dlq-replay-count of out
+	reason      dlq.Reason
+	notSelected bool
+	why         string
+	out         kafka.Message
+	count       int // dlq-replay-count of out
 }
 
-// judge decides what to do with msg. It reads only msg's headers.
-func (r *Replayer) judge(msg kafka.Message, filter dlq.Reason) verdict {
+// judge decides what to do with msg, by its headers and, with
+// opts.Order, its order.
+func (r *Replayer) judge(msg kafka.Message, opts Options) verdict {
 	var v verdict
 	var origin, badCount string
 	hasOrigin, prev := false, 0
@@ -246,8 +294,8 @@ func (r *Replayer) judge(msg kafka.Message, filter dlq.Reason) verdict {
 		}
 	}
 	switch {
-	case filter != "" && v.reason != filter:
-		v.skip = true
+	case v.reason != opts.reason() || (opts.Order > 0 && dlq.OrderID(msg.Key, msg.Value) != opts.Order):
+		v.notSelected = true
 	case !hasOrigin || origin == "":
 		v.why = "no " + dlq.HeaderOriginalTopic + " header"
 	case origin != r.cfg.SourceTopic:

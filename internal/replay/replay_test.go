@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -191,11 +192,17 @@ func TestReplayRepublishesAndResumes(t *testing.T) {
 		deadLetter(add(env.source("d-conflict", trace)), dlq.Conflict),
 		deadLetter(add(env.source("e-exhausted")), dlq.Exhausted))
 
+	// By default only the exhausted records; each other reason by name.
 	sum := env.mustRun(t, Options{})
-	wantTotals(t, sum, Counts{Replayed: 5})
-	for r, n := range map[dlq.Reason]int{dlq.Invalid: 1, dlq.Permanent: 1, dlq.Conflict: 1, dlq.Exhausted: 2} {
-		if got := sum.ByReason[r].Replayed; got != n {
-			t.Errorf("replayed %d %s records, want %d", got, r, n)
+	wantTotals(t, sum, Counts{Replayed: 2, NotSelected: 3})
+	if got := sum.ByReason[dlq.Exhausted].Replayed; got != 2 {
+		t.Errorf("replayed %d exhausted records, want 2", got)
+	}
+	env.wantCommitted(t, map[int]int64{0: 0, 1: 0}) // a-invalid and d-conflict are not replayed
+	for _, r := range []dlq.Reason{dlq.Invalid, dlq.Permanent, dlq.Conflict} {
+		sum = env.mustRun(t, Options{Reason: r})
+		if sum.Total.Replayed != 1 || sum.ByReason[r].Replayed != 1 {
+			t.Errorf("--reason %s: %+v, want its one record replayed", r, sum.ByReason)
 		}
 	}
 	out := kafkatest.MustReadTopic(t, env.brokers, env.src)
@@ -239,8 +246,10 @@ func TestReplayRepublishesAndResumes(t *testing.T) {
 	env.wantCommitted(t, map[int]int64{0: 3, 1: 3})
 }
 
-// TestReplayReasonFilter replays only the chosen reason and moves past the
-// others for good.
+// TestReplayReasonFilter replays only the chosen reason and leaves the
+// others as they were: not replayed, replayed by a later run that selects
+// them (they were once marked replayed for good, and the backlog gauge went
+// blind).
 func TestReplayReasonFilter(t *testing.T) {
 	env := newReplayEnv(t, 1)
 	env.produce(t, 0,
@@ -249,18 +258,79 @@ func TestReplayReasonFilter(t *testing.T) {
 		deadLetter(env.source("permanent-1"), dlq.Permanent),
 		deadLetter(env.source("exhausted-2"), dlq.Exhausted))
 	sum := env.mustRun(t, Options{Reason: dlq.Exhausted})
-	wantTotals(t, sum, Counts{Replayed: 2, Skipped: 2})
-	if sum.ByReason[dlq.Invalid].Skipped != 1 || sum.ByReason[dlq.Permanent].Skipped != 1 {
-		t.Errorf("by reason %v, want one invalid and one permanent skipped", sum.ByReason)
+	wantTotals(t, sum, Counts{Replayed: 2, NotSelected: 2})
+	if sum.ByReason[dlq.Invalid].NotSelected != 1 || sum.ByReason[dlq.Permanent].NotSelected != 1 {
+		t.Errorf("by reason %v, want one invalid and one permanent not selected", sum.ByReason)
 	}
 	if got, want := sortedValues(kafkatest.MustReadTopic(t, env.brokers, env.src)), []string{"exhausted-1", "exhausted-2"}; !slices.Equal(got, want) {
 		t.Fatalf("source topic holds %v, want %v", got, want)
 	}
-	env.wantCommitted(t, map[int]int64{0: 4})
+	env.wantCommitted(t, map[int]int64{0: 0})
+	env.wantReplayed(t, map[int][]bool{0: {false, true, false, true}})
 
-	// The skipped records are behind the group's position now.
+	// The records not selected are still there for a run that selects them.
 	sum = env.mustRun(t, Options{Reason: dlq.Invalid})
-	wantTotals(t, sum, Counts{})
+	wantTotals(t, sum, Counts{Replayed: 1, NotSelected: 1})
+	env.wantCommitted(t, map[int]int64{0: 2})
+	env.wantReplayed(t, map[int][]bool{0: {true, true, false, true}})
+}
+
+// wantReplayed checks which records of each DLQ partition the replay group
+// holds replayed, by the positions dlq list and the backlog read.
+func (env *replayEnv) wantReplayed(t *testing.T, want map[int][]bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	ids := slices.Collect(maps.Keys(want))
+	pos, err := dlq.ReadPositions(ctx, env.client, env.group, env.dlq, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, w := range want {
+		for o, replayed := range w {
+			if pos[p].Replayed(int64(o)) != replayed {
+				t.Errorf("record %d@%d: replayed %t, want %t", p, o, !replayed, replayed)
+			}
+		}
+	}
+}
+
+// TestReplayTargeted replays one order's records, or the one record at a
+// partition and offset, and nothing else; the reason still has to match
+// (a conflict is replayed only by --reason conflict).
+func TestReplayTargeted(t *testing.T) {
+	env := newReplayEnv(t, 2)
+	order := func(id int, reason dlq.Reason) kafka.Message {
+		src := env.source(fmt.Sprintf(`{"order_id":%d,"n":%d}`, id, env.produced))
+		src.Key = []byte(strconv.Itoa(id))
+		return deadLetter(src, reason)
+	}
+	env.produce(t, 0, order(7, dlq.Exhausted), order(8, dlq.Exhausted), order(7, dlq.Conflict), order(9, dlq.Exhausted))
+	env.produce(t, 1, order(7, dlq.Exhausted), order(9, dlq.Invalid))
+
+	sum := env.mustRun(t, Options{Order: 7})
+	wantTotals(t, sum, Counts{Replayed: 2, NotSelected: 4})
+	env.wantReplayed(t, map[int][]bool{0: {true, false, false, false}, 1: {true, false}})
+
+	sum = env.mustRun(t, Options{At: &RecordAt{Partition: 0, Offset: 3}})
+	wantTotals(t, sum, Counts{Replayed: 1})
+	env.wantReplayed(t, map[int][]bool{0: {true, false, false, true}, 1: {true, false}})
+
+	// The conflict record, by its offset, is not selected without its reason.
+	sum = env.mustRun(t, Options{At: &RecordAt{Partition: 0, Offset: 2}})
+	wantTotals(t, sum, Counts{NotSelected: 1})
+	sum = env.mustRun(t, Options{At: &RecordAt{Partition: 0, Offset: 2}, Reason: dlq.Conflict, DryRun: true})
+	wantTotals(t, sum, Counts{Replayed: 1})
+	env.wantReplayed(t, map[int][]bool{0: {true, false, false, true}, 1: {true, false}})
+
+	if got := len(kafkatest.MustReadTopic(t, env.brokers, env.src)); got != 3 {
+		t.Errorf("source topic holds %d records, want 3 (order 7 twice, the one at 0@3)", got)
+	}
+	for _, at := range []RecordAt{{0, 4}, {1, -1}, {5, 0}} {
+		if _, err := env.run(t, Options{At: &at}); err == nil || !strings.Contains(err.Error(), "no record at") {
+			t.Errorf("record %d@%d: %v, want no record", at.Partition, at.Offset, err)
+		}
+	}
 }
 
 // TestReplayDryRun reports what would be replayed, and neither produces nor
@@ -273,17 +343,17 @@ func TestReplayDryRun(t *testing.T) {
 	if !sum.DryRun {
 		t.Error("summary does not say dry run")
 	}
-	wantTotals(t, sum, Counts{Replayed: 2, Skipped: 1})
+	wantTotals(t, sum, Counts{Replayed: 2, NotSelected: 1})
 	if n := len(kafkatest.MustReadTopic(t, env.brokers, env.src)); n != 0 {
 		t.Fatalf("dry run produced %d records", n)
 	}
 	env.wantCommitted(t, map[int]int64{0: -1, 1: -1})
 
 	sum = env.mustRun(t, Options{})
-	wantTotals(t, sum, Counts{Replayed: 3})
+	wantTotals(t, sum, Counts{Replayed: 2, NotSelected: 1})
 	// A dry run starts from the group's position too.
 	sum = env.mustRun(t, Options{DryRun: true})
-	wantTotals(t, sum, Counts{})
+	wantTotals(t, sum, Counts{NotSelected: 1})
 }
 
 // TestReplayMax stops after --max republished records and resumes there.
@@ -297,27 +367,28 @@ func TestReplayMax(t *testing.T) {
 		deadLetter(env.source("e4"), dlq.Exhausted))
 	opts := Options{Max: 2, Reason: dlq.Exhausted}
 	sum := env.mustRun(t, opts)
-	wantTotals(t, sum, Counts{Replayed: 2, Skipped: 1})
+	wantTotals(t, sum, Counts{Replayed: 2, NotSelected: 1})
 	if !sum.MaxReached {
 		t.Error("MaxReached not set")
 	}
-	env.wantCommitted(t, map[int]int64{0: 3})
+	env.wantCommitted(t, map[int]int64{0: 1})
 	if got, want := sortedValues(kafkatest.MustReadTopic(t, env.brokers, env.src)), []string{"e0", "e2"}; !slices.Equal(got, want) {
 		t.Fatalf("source topic holds %v, want %v", got, want)
 	}
 
 	sum = env.mustRun(t, opts)
-	wantTotals(t, sum, Counts{Replayed: 2})
-	env.wantCommitted(t, map[int]int64{0: 5})
+	wantTotals(t, sum, Counts{Replayed: 2, NotSelected: 1})
+	env.wantReplayed(t, map[int][]bool{0: {true, false, true, true, true}})
 	sum = env.mustRun(t, opts)
-	wantTotals(t, sum, Counts{})
+	wantTotals(t, sum, Counts{NotSelected: 1})
 	if sum.MaxReached {
 		t.Error("MaxReached set on a run that replayed nothing")
 	}
 }
 
 // TestReplayRefusesAtLimit stops at a record replayed too often, without
-// committing it, run after run; a reason filter that excludes it moves past.
+// marking it, run after run; the records after it are still reachable by
+// their offset.
 func TestReplayRefusesAtLimit(t *testing.T) {
 	env := newReplayEnv(t, 1)
 	env.maxReplays = 2
@@ -327,7 +398,7 @@ func TestReplayRefusesAtLimit(t *testing.T) {
 	env.produce(t, 0,
 		deadLetter(env.source("fresh"), dlq.Exhausted),
 		deadLetter(env.source("once", count(1)), dlq.Exhausted),
-		deadLetter(env.source("twice", count(2)), dlq.Permanent),
+		deadLetter(env.source("twice", count(2)), dlq.Exhausted),
 		deadLetter(env.source("after"), dlq.Exhausted))
 
 	wantRefusal := func(sum Summary, err error, replayed int) {
@@ -363,10 +434,14 @@ func TestReplayRefusesAtLimit(t *testing.T) {
 	wantRefusal(sum, err, 0)
 	env.wantCommitted(t, map[int]int64{0: 2})
 
-	// The filter comes first: a run for another reason skips it.
-	sum = env.mustRun(t, Options{Reason: dlq.Exhausted})
-	wantTotals(t, sum, Counts{Replayed: 1, Skipped: 1})
-	env.wantCommitted(t, map[int]int64{0: 4})
+	// The filter comes first: a run for another reason does not see it;
+	// the record after it is replayed by its offset.
+	sum = env.mustRun(t, Options{Reason: dlq.Permanent})
+	wantTotals(t, sum, Counts{NotSelected: 2})
+	sum = env.mustRun(t, Options{At: &RecordAt{Partition: 0, Offset: 3}})
+	wantTotals(t, sum, Counts{Replayed: 1})
+	env.wantCommitted(t, map[int]int64{0: 2})
+	env.wantReplayed(t, map[int][]bool{0: {true, true, false, true}})
 }
 
 // TestReplayRefusesUnsafeRecords refuses records that do not say where they
@@ -502,10 +577,12 @@ func TestJudge(t *testing.T) {
 		wantCount string
 	}{
 		{name: "first replay", headers: base, wantCount: "1"},
+		{name: "conflict by default", headers: append(dropHeader(base, dlq.HeaderReason), h(dlq.HeaderReason, "conflict")), skip: true},
+		{name: "invalid by default", headers: append(dropHeader(base, dlq.HeaderReason), h(dlq.HeaderReason, "invalid")), skip: true},
 		{name: "matching filter", headers: base, filter: dlq.Exhausted, wantCount: "1"},
 		{name: "other reason", headers: base, filter: dlq.Invalid, skip: true},
 		{name: "no reason header, filtered", headers: dropHeader(base, dlq.HeaderReason), filter: dlq.Exhausted, skip: true},
-		{name: "no reason header", headers: dropHeader(base, dlq.HeaderReason), wantCount: "1"},
+		{name: "no reason header", headers: dropHeader(base, dlq.HeaderReason), skip: true},
 		{name: "below the limit", headers: append(slices.Clone(base), h(dlq.HeaderReplayCount, "2")), wantCount: "3"},
 		{name: "at the limit", headers: append(slices.Clone(base), h(dlq.HeaderReplayCount, "3")), why: "dlq-replay-count 3 has reached the limit of 3 replays"},
 		{name: "filtered out at the limit", headers: append(slices.Clone(base), h(dlq.HeaderReplayCount, "3")), filter: dlq.Conflict, skip: true},
@@ -516,9 +593,9 @@ func TestJudge(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg := kafka.Message{Topic: "dlq", Key: []byte("k"), Value: []byte("v"), Headers: tc.headers}
-			v := r.judge(msg, tc.filter)
-			if v.skip != tc.skip || !strings.Contains(v.why, tc.why) || (tc.why == "") != (v.why == "") {
-				t.Fatalf("verdict skip=%v why=%q, want skip=%v why~%q", v.skip, v.why, tc.skip, tc.why)
+			v := r.judge(msg, Options{Reason: tc.filter})
+			if v.notSelected != tc.skip || !strings.Contains(v.why, tc.why) || (tc.why == "") != (v.why == "") {
+				t.Fatalf("verdict skip=%v why=%q, want skip=%v why~%q", v.notSelected, v.why, tc.skip, tc.why)
 			}
 			if tc.skip || tc.why != "" {
 				return
