@@ -17,8 +17,16 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 )
 
-// claimUsage is the usage of `billing-consumer claim`.
-const claimUsage = `Usage:
+// claimSynopsis is each claim subcommand's usage line.
+var claimSynopsis = map[string]string{
+	"show":         "billing-consumer claim show --order ID",
+	"release":      "billing-consumer claim release --order ID --reason TEXT --provider-holds-no-charge [--operator NAME]",
+	"mark-charged": "billing-consumer claim mark-charged --order ID --reason TEXT --charge-id ID [--operator NAME]",
+}
+
+// claimUsage is the usage of `billing-consumer claim` after its first
+// line: the one command's synopsis, or "claim show|release|mark-charged".
+const claimUsage = `
   billing-consumer claim show --order ID
   billing-consumer claim release --order ID --reason TEXT --provider-holds-no-charge [--operator NAME]
   billing-consumer claim mark-charged --order ID --reason TEXT --charge-id ID [--operator NAME]
@@ -43,8 +51,10 @@ func claimCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if len(args) == 0 {
 			return fmt.Errorf("claim: missing subcommand (show, release or mark-charged) (%w)", errUsage)
 		}
-		fmt.Fprint(stdout, claimUsage)
-		claimFlags("claim").PrintDefaults()
+		fmt.Fprint(stdout, "Usage: billing-consumer claim show|release|mark-charged [flags]\n"+claimUsage)
+		fs := claimFlags("claim")
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
 		return nil
 	}
 	sub := args[0]
@@ -61,7 +71,7 @@ func claimCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := claimFlags("claim " + sub)
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, claimUsage)
+			fmt.Fprint(stdout, "Usage: "+claimSynopsis[sub]+"\n"+claimUsage)
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return nil

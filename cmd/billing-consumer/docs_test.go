@@ -142,7 +142,7 @@ func commandsIn(where, code string) []docCommand {
 			continue // billing-consumer-secrets, billing-consumer:v1
 		}
 		var words []string
-		for _, w := range strings.Fields(code[end:]) {
+		for _, w := range shellFields(code[end:]) {
 			if w == "|" || strings.HasPrefix(w, "#") || w == "&&" || w == ";" || w == ">" || strings.HasPrefix(w, "2>") {
 				break
 			}
@@ -152,6 +152,34 @@ func commandsIn(where, code string) []docCommand {
 		}
 		out = append(out, docCommand{where, words})
 	}
+}
+
+// shellFields splits a command line into words as a shell does for the
+// plain cases the docs use: on spaces, except inside double quotes, which
+// it removes ("--reason "TICKET: why"" is one flag and one value).
+func shellFields(line string) []string {
+	var words []string
+	var w strings.Builder
+	quoted, in := false, false
+	for _, r := range line {
+		switch {
+		case r == '"':
+			quoted, in = !quoted, true
+		case r == ' ' && !quoted:
+			if in {
+				words = append(words, w.String())
+				w.Reset()
+			}
+			in = false
+		default:
+			w.WriteRune(r)
+			in = true
+		}
+	}
+	if in {
+		words = append(words, w.String())
+	}
+	return words
 }
 
 // flagsOf runs path -h and returns its flags, each with whether it takes

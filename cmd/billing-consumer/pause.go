@@ -29,7 +29,9 @@ func pauseCommand(ctx context.Context, command string, args []string, stdout, st
 	operator := fs.String("operator", "", "who decides, for the log and the pause record (default: the OS user)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stdout, "Usage:\n  billing-consumer pause --reason TEXT [--operator NAME]\n  billing-consumer resume [--operator NAME]\n\n"+
+			synopsis := map[string]string{"pause": "pause --reason TEXT [--operator NAME]", "resume": "resume [--operator NAME]"}[command]
+			fmt.Fprintf(stdout, "Usage: billing-consumer "+synopsis+"\n\n"+
+				"  billing-consumer pause --reason TEXT [--operator NAME]\n  billing-consumer resume [--operator NAME]\n\n"+
 				"pause stops billing on every replica of the consumer group (BILLING_KAFKA_GROUP_ID) within %s: they stay in the\n"+
 				"group, fetch and start nothing, finish and commit what is in flight; /readyz says so and billing_paused is 1.\n"+
 				"Kept in Postgres: it survives restarts and rollouts until resume.\n\nFlags:\n", pauseInterval)
