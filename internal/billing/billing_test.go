@@ -133,6 +133,16 @@ func (e *env) status(t *testing.T, orderID int64) string {
 	return st
 }
 
+// age makes every unsettled claim d older, by the only clock ages are
+// read from: the database's (claimed_at moves back).
+func (e *env) age(t *testing.T, d time.Duration) {
+	t.Helper()
+	if _, err := e.pool.Exec(context.Background(), "UPDATE charge SET claimed_at = claimed_at - $1 * interval '1 millisecond' WHERE status <> 'charged'",
+		d.Milliseconds()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (e *env) processedRows(t *testing.T, id uuid.UUID) int {
 	t.Helper()
 	var n int

@@ -36,8 +36,9 @@ func TestCompleterDoesNotResendPastBlockAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.age(t, 25*time.Hour)
 	c := &billing.Completer{Pool: e.pool, Charger: client.ForBilling(), After: time.Minute, BlockAfter: time.Hour,
-		Now: func() time.Time { return now.Add(25 * time.Hour) }, Logger: discard()}
+		Now: func() time.Time { return now }, Logger: discard()}
 	rep, err := c.RunOnce(context.Background(), billing.PassOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -70,8 +71,9 @@ func TestRedeliveryDoesNotResendAClaimPastBlockAfter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		e.age(t, 25*time.Hour)
 		later, err := billing.New(billing.Config{DB: e.pool, Charger: client.ForBilling(), Group: group, Logger: discard(),
-			Now: func() time.Time { return now.Add(25 * time.Hour) }, DBTimeout: 5 * time.Second, ClaimBlockAfter: time.Hour})
+			Now: func() time.Time { return now }, DBTimeout: 5 * time.Second, ClaimBlockAfter: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}

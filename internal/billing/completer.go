@@ -63,8 +63,11 @@ type Completer struct {
 	// its full passes; zero means 1 s. ParkedBackoffMax caps a parked
 	// claim's re-send backoff (from 1 s, doubling); zero means 10 s.
 	ParkedEvery, ParkedBackoffMax time.Duration
-	Now                           func() time.Time
-	Logger                        *slog.Logger
+	// Now stamps charged_at on the claims the completer charges. Ages of
+	// claims (After, BlockAfter, the counts) are the database's clock,
+	// never this one (SPEC §10).
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // Unsettled counts the ledger claims that are not charged.
@@ -121,11 +124,12 @@ type PassOptions struct {
 const (
 	// staleClaimsSQL selects the pending claims older than $1 and the
 	// parked ones whose next re-send is due.
-	staleClaimsSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token FROM charge
-WHERE status = 'pending' AND (claimed_at < $1 OR parked_at IS NOT NULL AND next_send_at <= now()) ORDER BY claimed_at LIMIT $2`
+	staleClaimsSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token, ` + ageColumn + ` FROM charge
+WHERE status = 'pending' AND (claimed_at < now() - $1 * interval '1 millisecond' OR parked_at IS NOT NULL AND next_send_at <= now())
+ORDER BY claimed_at LIMIT $2`
 	unsettledSQL = `SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'blocked'),
 count(*) FILTER (WHERE status = 'pending' AND parked_at IS NOT NULL),
-coalesce(min(claimed_at) FILTER (WHERE status = 'pending'), $1) FROM charge WHERE status <> 'charged'`
+coalesce(max(` + ageColumn + `) FILTER (WHERE status = 'pending'), 0) FROM charge WHERE status <> 'charged'`
 	blockedSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, coalesce(last_error, '') FROM charge
 WHERE status = 'blocked' ORDER BY claimed_at LIMIT 100`
 )
@@ -176,9 +180,8 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 	if limit <= 0 {
 		limit = 100
 	}
-	now := c.Now()
 	qctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
-	sql, args := staleClaimsSQL, []any{now.Add(-age), limit}
+	sql, args := staleClaimsSQL, []any{age.Milliseconds(), limit}
 	if opt.ParkedOnly {
 		sql, args = parkedDueSQL, []any{limit}
 	}
@@ -195,13 +198,13 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 	for _, cl := range claims {
 		if opt.DryRun {
 			what := "would re-send"
-			if NextClaimStatus(ClaimFacts{Actor: ActorCompleter, Age: now.Sub(cl.ClaimedAt), BlockAfter: c.BlockAfter}) == ClaimBlocked {
+			if NextClaimStatus(ClaimFacts{Actor: ActorCompleter, Age: cl.Age, BlockAfter: c.BlockAfter}) == ClaimBlocked {
 				what = "would block"
 			}
 			done = append(done, Settled{Claim: cl, Result: what})
 			continue
 		}
-		s, err := c.settle(ctx, conn, cl, now)
+		s, err := c.settle(ctx, conn, cl)
 		if err != nil {
 			return done, err
 		}
@@ -219,10 +222,10 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 // before others_sent_at that may run beside this one during an upgrade.
 // Its error is the pass's (a systemic answer, ctx ended, the database):
 // nothing more is to be done in this pass.
-func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, now time.Time) (Settled, error) {
+func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim) (Settled, error) {
 	out := Settled{Claim: cl}
 	orders, ids := []int64{cl.OrderID}, [][16]byte{cl.EventID}
-	facts := ClaimFacts{Actor: ActorCompleter, Age: now.Sub(cl.ClaimedAt), BlockAfter: c.BlockAfter}
+	facts := ClaimFacts{Actor: ActorCompleter, Age: cl.Age, BlockAfter: c.BlockAfter}
 	if NextClaimStatus(facts) == ClaimBlocked {
 		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("outcome still unknown %s after the claim, past the block-after limit: not re-sent", facts.Age.Round(time.Second))
 		return out, c.write(ctx, conn, &out, blockSQL, orders, ids, out.Detail)
@@ -331,15 +334,12 @@ func (c *Completer) blocked(ctx context.Context, conn *pgxpool.Conn) ([]Settled,
 func (c *Completer) count(ctx context.Context, conn *pgxpool.Conn) (Unsettled, error) {
 	qctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
 	defer cancel()
-	now := c.Now()
 	var u Unsettled
-	var oldest time.Time
-	if err := conn.QueryRow(qctx, unsettledSQL, now).Scan(&u.Pending, &u.Blocked, &u.Parked, &oldest); err != nil {
+	var oldest int64 // microseconds, by the database's clock
+	if err := conn.QueryRow(qctx, unsettledSQL).Scan(&u.Pending, &u.Blocked, &u.Parked, &oldest); err != nil {
 		return u, fmt.Errorf("completer: count claims: %w", err)
 	}
-	if u.Pending > 0 {
-		u.OldestPending = max(0, now.Sub(oldest))
-	}
+	u.OldestPending = max(0, time.Duration(oldest)*time.Microsecond)
 	return u, nil
 }
 

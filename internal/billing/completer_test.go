@@ -26,9 +26,13 @@ func (e *env) pendingClaim(t *testing.T, ev events.OrderConfirmed, f paysim.Faul
 	}
 }
 
-func (e *env) completer(c billing.Charger, age time.Duration) *billing.Completer {
+// completer returns a completer over c; the unsettled claims are aged by
+// age first (the database's clock is the one ages are read from).
+func (e *env) completer(t *testing.T, c billing.Charger, age time.Duration) *billing.Completer {
+	t.Helper()
+	e.age(t, age)
 	return &billing.Completer{Pool: e.pool, Charger: c, After: time.Minute, BlockAfter: time.Hour,
-		Now: func() time.Time { return now.Add(age) }, Logger: discard()}
+		Now: func() time.Time { return now }, Logger: discard()}
 }
 
 // The provider took the charge and the answer was lost: the completer
@@ -39,11 +43,12 @@ func TestCompleterSettlesWhatTheProviderTook(t *testing.T) {
 	ev := event(9001, 1234)
 	e.pendingClaim(t, ev, paysim.Faults{ResetRate: 1})
 
-	rep, err := e.completer(e.charger, 30*time.Second).RunOnce(context.Background(), billing.PassOptions{})
-	if err != nil || !rep.Counted || len(rep.Settled) != 0 || rep.Unsettled.Pending != 1 || rep.Unsettled.OldestPending != 30*time.Second {
+	rep, err := e.completer(t, e.charger, 30*time.Second).RunOnce(context.Background(), billing.PassOptions{})
+	if err != nil || !rep.Counted || len(rep.Settled) != 0 || rep.Unsettled.Pending != 1 ||
+		rep.Unsettled.OldestPending < 30*time.Second || rep.Unsettled.OldestPending > 40*time.Second {
 		t.Fatalf("pass at 30s: %+v, %v; want nothing settled, 1 pending for 30s", rep, err)
 	}
-	rep, err = e.completer(e.charger, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{})
+	rep, err = e.completer(t, e.charger, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{})
 	if err != nil || len(rep.Settled) != 1 || rep.Settled[0].Result != "charged" || rep.Unsettled != (billing.Unsettled{}) {
 		t.Fatalf("pass at 2m: %+v, %v; want one charged, nothing left", rep, err)
 	}
@@ -82,7 +87,7 @@ func TestCompleterBlocksWhatItCannotSettle(t *testing.T) {
 		}
 		return e.charger.Charge(ctx, ch)
 	})
-	rep, err := e.completer(failing, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{ListBlocked: true})
+	rep, err := e.completer(t, failing, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{ListBlocked: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +124,7 @@ func TestCompleterDryRunAndLock(t *testing.T) {
 		requests++
 		return e.charger.Charge(ctx, ch)
 	})
-	rep, err := e.completer(counting, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{DryRun: true})
+	rep, err := e.completer(t, counting, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{DryRun: true})
 	if err != nil || len(rep.Settled) != 1 || rep.Settled[0].Result != "would re-send" || requests != 0 || e.status(t, 9201) != "pending" {
 		t.Fatalf("dry run: %+v, %v, %d requests, status %q", rep, err, requests, e.status(t, 9201))
 	}
@@ -132,15 +137,54 @@ func TestCompleterDryRunAndLock(t *testing.T) {
 	if _, err := conn.Exec(context.Background(), "SELECT pg_advisory_lock($1)", int64(completerLock)); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = e.completer(counting, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{})
+	rep, err = e.completer(t, counting, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{})
 	if err != nil || !rep.Skipped || requests != 0 || rep.Unsettled.Pending != 1 {
 		t.Fatalf("pass under another's lock: %+v, %v, %d requests; want skipped, counts still read", rep, err, requests)
 	}
 	if _, err := conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(completerLock)); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err = e.completer(counting, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{}); err != nil || rep.Skipped || requests != 1 {
+	if rep, err = e.completer(t, counting, 2*time.Minute).RunOnce(context.Background(), billing.PassOptions{}); err != nil || rep.Skipped || requests != 1 {
 		t.Fatalf("pass after the lock: %+v, %v, %d requests", rep, err, requests)
 	}
 	e.assertChargedOnce(t, ev)
+}
+
+// Ages are the database's clock (SPEC §10): a claim made by a replica
+// whose clock runs two hours ahead is not hidden from a completer with the
+// right time (on b522a65, claimed_at was the replica's clock, so the claim
+// looked two hours younger than it was and was never settled), and one
+// made by a replica two hours behind is not blocked as too old at once.
+func TestSkewedReplicaClocksAgreeOnClaimAges(t *testing.T) {
+	for _, skew := range []time.Duration{2 * time.Hour, -2 * time.Hour} {
+		t.Run(skew.String(), func(t *testing.T) {
+			e := newEnv(t, "secret-token")
+			ev := event(9500, 700)
+			skewed, err := billing.New(billing.Config{DB: e.pool, Charger: e.charger, Group: group, Logger: discard(),
+				Now: func() time.Time { return time.Now().Add(skew) }, DBTimeout: 5 * time.Second, ClaimBlockAfter: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.sim.SetFaults(paysim.Faults{ResetRate: 1}) // taken, the answer lost: the claim stays pending
+			if _, err := skewed.Process(context.Background(), ev); !fault.Is(err, fault.Transient) {
+				t.Fatalf("charge: %v; want transient", err)
+			}
+			e.sim.SetFaults(paysim.Faults{})
+			c := &billing.Completer{Pool: e.pool, Charger: e.charger, After: time.Second, BlockAfter: time.Hour,
+				Now: time.Now, Logger: discard()}
+			var rep billing.PassReport
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+				if rep, err = c.RunOnce(context.Background(), billing.PassOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if len(rep.Settled) > 0 {
+					break
+				}
+			}
+			if len(rep.Settled) != 1 || rep.Settled[0].Result != "charged" {
+				t.Fatalf("clock %v off: completer passes settled %+v within 10 s; want the claim charged once it is a second old", skew, rep.Settled)
+			}
+			e.assertChargedOnce(t, ev)
+		})
+	}
 }

@@ -209,11 +209,13 @@ func interleave(t *testing.T, e *env, kind billerKind, order int64, i, j int) {
 	e.settleCompanions(t)
 }
 
-// completePass runs one completer pass as if later by age.
+// completePass runs one completer pass after the unsettled claims have
+// aged by age.
 func (e *env) completePass(t *testing.T, age time.Duration) billing.PassReport {
 	t.Helper()
+	e.age(t, age)
 	c := &billing.Completer{Pool: e.pool, Charger: e.charger, After: time.Minute, BlockAfter: time.Hour,
-		Now: func() time.Time { return now.Add(age) }, Logger: discard()}
+		Now: func() time.Time { return now }, Logger: discard()}
 	rep, err := c.RunOnce(context.Background(), billing.PassOptions{})
 	if err != nil {
 		t.Fatalf("completer pass: %v", err)

@@ -25,6 +25,10 @@ type Claim struct {
 	Amount     money.Amount
 	Status     ClaimStatus
 	ClaimedAt  time.Time
+	// Age is how old the claim was when it was read, by the database's
+	// clock (now() - claimed_at), never a replica's: replicas with skewed
+	// clocks agree on it (SPEC §10).
+	Age time.Duration
 	// Attempt is the claim_token of the attempt that created the claim.
 	Attempt uuid.UUID
 }
@@ -34,14 +38,17 @@ type Claim struct {
 // claims lock ledger rows in one order.
 const (
 	claimSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token)
-SELECT o, e, c, a::numeric, $5, $5, 'pending', t
-FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[], $6::uuid[]) WITH ORDINALITY AS v(o, e, c, a, t, n)
+SELECT o, e, c, a::numeric, now(), now(), 'pending', t
+FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[], $5::uuid[]) WITH ORDINALITY AS v(o, e, c, a, t, n)
 ORDER BY o, n
 ON CONFLICT DO NOTHING RETURNING event_id`
 	// lookupSQL returns the rows that stopped a claim: the order's row,
 	// and the row of another order holding the event_id, if any.
-	lookupSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token FROM charge
+	lookupSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token, ` + ageColumn + ` FROM charge
 WHERE order_id = ANY($1) OR event_id = ANY($2)`
+	// ageColumn is a claim's age in microseconds by the database's clock,
+	// the last column scanClaim reads.
+	ageColumn = `(extract(epoch FROM now() - claimed_at) * 1000000)::bigint`
 	// releaseSQL is the release rule on the row itself: only the creating
 	// attempt's token, and only while no other attempt recorded a send.
 	releaseSQL = `DELETE FROM charge c USING unnest($1::bigint[], $2::uuid[], $3::uuid[]) AS v(o, e, t)
@@ -73,13 +80,13 @@ const (
 // for the single and the batched path alike. found is false when the
 // claim's insert conflicted but no row turned up. Whether ev's own pending
 // claim is sent again is NextClaimStatus's: not when it is older than
-// blockAfter at now (the provider may have forgotten its key).
-func decide(row Claim, found bool, ev events.OrderConfirmed, now time.Time, blockAfter time.Duration) (verdict, Outcome, error) {
+// blockAfter (the provider may have forgotten its key).
+func decide(row Claim, found bool, ev events.OrderConfirmed, blockAfter time.Duration) (verdict, Outcome, error) {
 	own := found && row.OrderID == ev.OrderID && row.EventID == ev.EventID && row.Status == ClaimPending &&
 		row.Amount == ev.TotalAmount && row.CustomerID == ev.CustomerID
-	if own && NextClaimStatus(ClaimFacts{Answer: AnswerNone, Age: now.Sub(row.ClaimedAt), BlockAfter: blockAfter}) == ClaimBlocked {
+	if own && NextClaimStatus(ClaimFacts{Answer: AnswerNone, Age: row.Age, BlockAfter: blockAfter}) == ClaimBlocked {
 		return verdictBlock, "", fault.Errorf(fault.Conflict, "order %d: the claim of event %s is %s old, past the block-after limit: its request is not re-sent (the provider may have forgotten the key); blocked, an operator decides",
-			ev.OrderID, ev.EventID, now.Sub(row.ClaimedAt).Round(time.Second))
+			ev.OrderID, ev.EventID, row.Age.Round(time.Second))
 	}
 	switch {
 	case !found:
@@ -156,7 +163,7 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 	}
 	cctx, cancel := s.live(ctx)
 	defer cancel()
-	rows, err := s.db.Query(cctx, claimSQL, orders, ids, customers, amounts, s.now(), tokens)
+	rows, err := s.db.Query(cctx, claimSQL, orders, ids, customers, amounts, tokens)
 	if err != nil {
 		return todo, classifyDB(fmt.Errorf("claim %d orders: %w", len(todo), err))
 	}
@@ -189,7 +196,7 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 	for _, i := range lost {
 		ev := evs[i]
 		row, found := existing.forEvent(ev)
-		switch v, outcome, err := decide(row, found, ev, s.now(), s.claimBlockAfter); v {
+		switch v, outcome, err := decide(row, found, ev, s.claimBlockAfter); v {
 		case verdictReclaim:
 			again = append(again, i)
 		case verdictCharge:
@@ -250,14 +257,16 @@ func (s *Service) lookup(ctx context.Context, evs []events.OrderConfirmed, idx [
 }
 
 // scanClaim scans order_id, event_id, customer_id, amount::text, status,
-// claimed_at and claim_token.
+// claimed_at, claim_token and ageColumn.
 func scanClaim(row pgx.CollectableRow) (Claim, error) {
 	var c Claim
 	var amount, status string
 	var token pgtype.UUID // NULL for claims made before claim_token existed
-	if err := row.Scan(&c.OrderID, (*[16]byte)(&c.EventID), &c.CustomerID, &amount, &status, &c.ClaimedAt, &token); err != nil {
+	var age int64
+	if err := row.Scan(&c.OrderID, (*[16]byte)(&c.EventID), &c.CustomerID, &amount, &status, &c.ClaimedAt, &token, &age); err != nil {
 		return Claim{}, err
 	}
+	c.Age = time.Duration(age) * time.Microsecond
 	c.Status = ClaimStatus(status)
 	if token.Valid {
 		c.Attempt = token.Bytes

@@ -27,7 +27,7 @@ func TestParkedClaimIsResentPromptly(t *testing.T) {
 	}
 	// The completer's clock says the claim is fresh (well below After):
 	// only its parked-claim passes may send it.
-	c := e.completer(e.charger, 0)
+	c := e.completer(t, e.charger, 0)
 	pass := func() billing.PassReport {
 		t.Helper()
 		rep, err := c.RunOnce(ctx, billing.PassOptions{ParkedOnly: true})

@@ -329,8 +329,9 @@ func TestCompleterSendsWhileTheCreatorReleasesTheClaim(t *testing.T) {
 		<-firstSending
 		var firstErr error
 		finished := false
+		e.age(t, 2*time.Minute) // the claim looks old: a stalled creator
 		c := &billing.Completer{Pool: e.pool, After: time.Minute, BlockAfter: time.Hour, Logger: discard(),
-			Now: func() time.Time { return now.Add(2 * time.Minute) },
+			Now: func() time.Time { return now },
 			Charger: chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
 				if isCompanion(ch.IdempotencyKey) {
 					return e.charger.Charge(ctx, ch)
