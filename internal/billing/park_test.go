@@ -2,6 +2,7 @@ package billing_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -63,4 +64,42 @@ func waitSettled(t *testing.T, pass func() billing.PassReport, want string) bill
 	}
 	t.Fatalf("no parked claim settled as %s within 20 s", want)
 	return billing.Settled{}
+}
+
+// The park, failed before and after it takes effect, as a lost connection
+// and as a crash: whatever the pipeline then believes (parked, or not and
+// retrying), a distinct event for the order stays out, the completer and
+// the event's redelivery settle the claim, and the order is charged once.
+func TestCrashAroundThePark(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	order := int64(9600)
+	for _, after := range []bool{false, true} {
+		for _, mode := range []faultMode{connLost, crash} {
+			order++
+			t.Run(fmt.Sprintf("%s/after=%v", mode, after), func(t *testing.T) {
+				ev := event(order, 1200)
+				e.pendingClaim(t, ev, paysim.Faults{ErrorRate: 1})
+				in := newInjector()
+				in.failAt, in.after, in.mode = 0, after, mode
+				svc := newService(t, faultDB{e.pool, in}, e.charger)
+				parked, err := svc.Park(context.Background(), ev)
+				t.Logf("park: %v, %v (ops %q)", parked, err, in.trace())
+				if parked && err != nil {
+					t.Fatalf("park says both parked and %v", err)
+				}
+				other := event(order, 1200)
+				if res, err := e.svc.Process(context.Background(), other); err == nil || res.Outcome == billing.Charged {
+					t.Fatalf("a distinct event meanwhile: %+v, %v; want it busy", res, err)
+				}
+				e.completePass(t, 2*time.Minute)
+				if res, err := settle(context.Background(), t, e.svc, ev); err != nil || (res.Outcome != billing.Charged && res.Outcome != billing.Duplicate) {
+					t.Fatalf("redelivery: %+v, %v; want charged or duplicate", res, err)
+				}
+				if res, err := settle(context.Background(), t, e.svc, other); err != nil || res.Outcome != billing.DuplicateOrder {
+					t.Fatalf("the distinct event: %+v, %v; want duplicate_order", res, err)
+				}
+				e.assertChargedOnce(t, ev)
+			})
+		}
+	}
 }
