@@ -38,7 +38,7 @@ func (w *world) command(t *testing.T, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, w.bin, args...)
-	cmd.Env = append(os.Environ(), w.env()...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, w.env()...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, w.log
 	err := cmd.Run()

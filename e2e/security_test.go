@@ -153,9 +153,9 @@ func TestKafkaSecurity(t *testing.T) {
 			}
 			if mech == "scram-sha-256" {
 				// dlq replay's group, reader and admin client too.
-				out, err := w.replay(t, env, "--dry-run")
+				out, err := w.replay(t, env, "--dry-run", "--reason", "invalid")
 				if err != nil {
-					t.Fatalf("dlq replay --dry-run: %v\n%s", err, out)
+					t.Fatalf("dlq replay --dry-run --reason invalid: %v\n%s", err, out)
 				}
 				wantRow(t, out, "invalid", 2, 0, 0)
 			}
