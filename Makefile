@@ -91,10 +91,12 @@ monitoring-report: ## the live monitoring scenario; writes docs/monitoring.md an
 	go test -count=1 -run '^TestMonitoring$$' -v -timeout 15m ./monitoring
 
 # PROMETHEUS names another prometheus binary for make monitor, e.g. one
-# with its web UI (scripts/prometheus.sh builds the HTTP API only).
-PROMETHEUS ?=
+# with its web UI (scripts/prometheus.sh builds the HTTP API only);
+# MONITOR_FLAGS adds billing-monitor flags (e.g. -addr 127.0.0.1:9191 -every 2m).
+PROMETHEUS    ?=
+MONITOR_FLAGS ?=
 
 monitor: build ## two replicas on the demo's services, a real Prometheus with the alert rules, orders and a fault every minute, until Ctrl-C
 	@db="$${BILLING_DATABASE_URL:-$$(scripts/pg.sh start)}"; prom="$${PROMETHEUS:-$$(scripts/prometheus.sh path)}"; \
 	cd deploy && go build -o ../bin/billing-monitor ./cmd/billing-monitor && \
-	exec ../bin/billing-monitor -consumer ../bin/billing-consumer -prometheus "$$prom" -db "$$db"
+	exec ../bin/billing-monitor -consumer ../bin/billing-consumer -prometheus "$$prom" -db "$$db" $(MONITOR_FLAGS)

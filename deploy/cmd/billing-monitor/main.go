@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -74,13 +75,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		DBURL: *db, Dir: dir, RulesDir: "base", Namespace: "billing-demo", Partitions: 4, Replicas: 2,
 		PrometheusAddr: *addr, Interval: time.Second, OrdersPerSecond: 20, Log: logf})
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (the replicas' and Prometheus' output: %s)", err, *logPath)
 	}
 	defer rig.Close()
 	if err := rig.Produce(); err != nil {
 		return err
 	}
-	printURLs(out, rig, *logPath)
+	printURLs(out, rig, *logPath, *every)
 	faults := monitoring.Phases(10 * time.Second)[1:5]
 	for i := 0; ; i++ {
 		select {
@@ -97,8 +98,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 // inject applies one fault for hold, prints the alerts firing at its end,
 // and undoes it (also when interrupted).
+//
+// A fault that must raise no alert (a replica killed) lasts 5s only: its
+// pod would restart it at once, while a replica down for the whole hold
+// would stall its partitions.
 func inject(ctx context.Context, out io.Writer, rig *monitoring.Rig, f monitoring.Phase, hold time.Duration) error {
-	fmt.Fprintf(out, "%s fault: %s, for %v (expect %v)\n", time.Now().Format("15:04:05"), f.Fault, hold, f.Alerts)
+	expect := "expected alerts: " + strings.Join(f.Alerts, ", ")
+	if len(f.Alerts) == 0 {
+		hold, expect = 5*time.Second, "no alert expected"
+	}
+	fmt.Fprintf(out, "%s fault: %s, for %v (%s)\n", time.Now().Format("15:04:05"), f.Fault, hold, expect)
 	if err := f.Start(ctx, rig); err != nil {
 		return err
 	}
@@ -113,7 +122,7 @@ func inject(ctx context.Context, out io.Writer, rig *monitoring.Rig, f monitorin
 	return f.End(context.WithoutCancel(ctx), rig)
 }
 
-func printURLs(out io.Writer, rig *monitoring.Rig, logPath string) {
+func printURLs(out io.Writer, rig *monitoring.Rig, logPath string, every time.Duration) {
 	q := func(expr string) string { return rig.Prom.URL + "/api/v1/query?query=" + url.QueryEscape(expr) }
 	lag := "namespace_partition:billing_kafka_consumer_lag:max"
 	fmt.Fprintf(out, "billing-monitor: %d replicas of billing-consumer on an in-process Kafka, Postgres and the payment simulator, 20 orders/s\n", len(rig.Replicas))
@@ -124,5 +133,5 @@ func printURLs(out io.Writer, rig *monitoring.Rig, logPath string) {
 	fmt.Fprintf(out, "  rules and states:  %s/api/v1/rules?type=alert\n", rig.Prom.URL)
 	fmt.Fprintf(out, "  web UI (a Prometheus built with its assets, e.g. make monitor PROMETHEUS=/usr/bin/prometheus): %s/graph?g0.expr=%s&g0.range_input=15m and %s/alerts\n",
 		rig.Prom.URL, url.QueryEscape(lag), rig.Prom.URL)
-	fmt.Fprintf(out, "replica and Prometheus output: %s. A fault every minute; Ctrl-C stops.\n", logPath)
+	fmt.Fprintf(out, "replica and Prometheus output: %s. A fault every %v; Ctrl-C stops.\n", logPath, every)
 }
