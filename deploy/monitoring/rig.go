@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/consumer"
 	"github.com/billing-consumer/billing-consumer/internal/harness"
 	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
 	"github.com/billing-consumer/billing-consumer/internal/paysim"
@@ -132,6 +135,9 @@ func NewRig(ctx context.Context, cfg RigConfig) (r *Rig, err error) {
 			return nil, err
 		}
 	}
+	if err := r.WaitBalanced(ctx); err != nil {
+		return nil, err
+	}
 	promAddr := cfg.PrometheusAddr
 	if promAddr == "" {
 		if promAddr, err = FreeAddr(); err != nil {
@@ -211,6 +217,31 @@ func (rep *Replica) process() *harness.Process {
 	rep.mu.Lock()
 	defer rep.mu.Unlock()
 	return rep.proc
+}
+
+// WaitBalanced waits (up to two minutes) until the group is stable with
+// every replica a member owning at least one partition and no partition
+// left to nobody: a replica that is ready may still be joining, and one
+// frozen then would hold nothing.
+func (r *Rig) WaitBalanced(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	client := &kafka.Client{Addr: kafka.TCP(r.cfg.Brokers...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}}
+	var last consumer.GroupAssignment
+	for {
+		a, err := consumer.AssignmentOf(ctx, client, r.topic, r.group)
+		if err == nil {
+			last = a
+			if a.State == "Stable" && a.Members == len(r.Replicas) && a.Idle == 0 && len(a.Unassigned) == 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("group not balanced over %d replicas within 2 minutes: %+v (%v)", len(r.Replicas), last, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // Kill sends SIGKILL and waits for the process to be gone.

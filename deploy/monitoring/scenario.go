@@ -67,7 +67,12 @@ func Phases(window time.Duration) []Phase {
 			"Scrape up per replica": series("pod", victim, allEqual(0)),
 			"Replicas up":           allEqual(1),
 		},
-		End: func(ctx context.Context, r *Rig) error { return r.Replicas[1].Start(ctx) },
+		End: func(ctx context.Context, r *Rig) error {
+			if err := r.Replicas[1].Start(ctx); err != nil {
+				return err
+			}
+			return r.WaitBalanced(ctx)
+		},
 	}, {
 		Name: "partition stalled", Fault: "SIGSTOP " + victim + ": its partitions are held, nothing on them is committed",
 		Start:  func(_ context.Context, r *Rig) error { return r.Replicas[1].Freeze() },
