@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
@@ -240,6 +241,30 @@ func (r *Rig) WaitBalanced(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("group not balanced over %d replicas within 2 minutes: %+v (%v)", len(r.Replicas), last, err)
 		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// WaitCommitting waits (up to two minutes) until Prometheus has seen the
+// committed offset of every partition move within the last window: after
+// a restart, the next fault starts from a group that commits everywhere,
+// not from partitions still stood still by the restart.
+func (r *Rig) WaitCommitting(ctx context.Context, window time.Duration) error {
+	expr := fmt.Sprintf(`count(max by (partition) (changes(billing_kafka_committed_offset{job="billing-consumer"}[%s])) > 0)`,
+		model.Duration(window))
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		v, err := r.Prom.Query(ctx, expr)
+		if err == nil && len(v) == 1 && int(v[0].Value) == r.cfg.Partitions {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not every partition committed in the last %v for 2 minutes: %s (%v)", window, show(v), err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }

@@ -71,7 +71,10 @@ func Phases(window time.Duration) []Phase {
 			if err := r.Replicas[1].Start(ctx); err != nil {
 				return err
 			}
-			return r.WaitBalanced(ctx)
+			if err := r.WaitBalanced(ctx); err != nil {
+				return err
+			}
+			return r.WaitCommitting(ctx, window/2)
 		},
 	}, {
 		Name: "partition stalled", Fault: "SIGSTOP " + victim + ": its partitions are held, nothing on them is committed",
@@ -86,12 +89,7 @@ func Phases(window time.Duration) []Phase {
 		End:  func(_ context.Context, r *Rig) error { return r.Replicas[1].Thaw() },
 	}, {
 		Name: "provider 5xx storm", Fault: "the provider answers 500 to 30% of new charges",
-		Start: func(_ context.Context, r *Rig) error {
-			f := normal
-			f.ErrorRate = 0.3
-			r.Sim.SetFaults(f)
-			return nil
-		},
+		Start:  storm,
 		Alerts: []string{"BillingPaymentErrorRate"},
 		Checks: map[string]Check{
 			"Payment error ratio":      someAbove(0.05),
@@ -124,6 +122,14 @@ func Phases(window time.Duration) []Phase {
 		},
 		MinDuration: 2 * window,
 	}}
+}
+
+// storm makes the simulator answer 500 to 30% of the charges it processes.
+func storm(_ context.Context, r *Rig) error {
+	f := normal
+	f.ErrorRate = 0.3
+	r.Sim.SetFaults(f)
+	return nil
 }
 
 // PhaseResult is what Prometheus reported when a phase had settled.
