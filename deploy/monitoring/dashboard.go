@@ -51,8 +51,15 @@ func DashboardQueries(path string) (queries []PanelQuery, namespaceVar string, e
 		}
 	}
 	for _, v := range d.Templating.List {
-		if s, ok := v.Query.(string); ok && v.Name == "namespace" {
-			namespaceVar = s
+		if v.Name != "namespace" {
+			continue
+		}
+		// Grafana takes a variable's query as a string or as {"query": ...}.
+		switch q := v.Query.(type) {
+		case string:
+			namespaceVar = q
+		case map[string]any:
+			namespaceVar, _ = q["query"].(string)
 		}
 	}
 	if len(queries) == 0 || namespaceVar == "" {
@@ -78,7 +85,9 @@ func (v Variables) Substitute(expr string) string {
 	return grafanaVar.ReplaceAllStringFunc(expr, func(s string) string {
 		switch s {
 		case "$namespace":
-			return regexp.QuoteMeta(v.Namespace)
+			// A Kubernetes namespace is a DNS label: nothing in it
+			// needs escaping in a regular expression.
+			return v.Namespace
 		case "$__range":
 			return model.Duration(v.Range.Truncate(time.Second)).String()
 		default:
