@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # machine's Go is older; the machine's go.env may say GOTOOLCHAIN=local.
 export GOTOOLCHAIN := auto
 
-.PHONY: demo build image test lint bench profile chaos fuzz pg-start pg-stop fmt vet clean
+.PHONY: demo build image test lint bench profile chaos fuzz pg-start pg-stop fmt vet clean monitoring-report monitor
 
 demo: build ## the demo: local Kafka (in-process), local Postgres, simulated provider, ~10,000 events, a summary
 	BILLING_DATABASE_URL="$${BILLING_DATABASE_URL:-$$(scripts/pg.sh start)}" go run ./cmd/billing-demo -consumer bin/billing-consumer
@@ -79,3 +79,24 @@ vet:
 
 clean:
 	rm -rf bin
+
+# The live monitoring scenario of make test (deploy/monitoring, about 2 min):
+# two replicas, real Kafka and Postgres, a real Prometheus 3 (built once by
+# scripts/prometheus.sh) through a replica kill, a stall, a 5xx storm and
+# Postgres down; writes docs/monitoring.md and its charts from that run.
+monitoring-report: ## the live monitoring scenario; writes docs/monitoring.md and docs/monitoring/*.svg from its Prometheus
+	@set -e; db="$${BILLING_TEST_DATABASE_URL:-$$(scripts/pg.sh start)}"; brokers="$${BILLING_TEST_KAFKA_BROKERS:-$$(scripts/kafka.sh start)}"; \
+	prom="$$(scripts/prometheus.sh path)"; cd deploy && CI=true BILLING_TEST_DATABASE_URL="$$db" BILLING_TEST_KAFKA_BROKERS="$$brokers" \
+	BILLING_TEST_PROMETHEUS="$$prom" BILLING_MONITORING_REPORT="$(CURDIR)/docs/monitoring.md" \
+	go test -count=1 -run '^TestMonitoring$$' -v -timeout 15m ./monitoring
+
+# PROMETHEUS names another prometheus binary for make monitor, e.g. one
+# with its web UI (scripts/prometheus.sh builds the HTTP API only);
+# MONITOR_FLAGS adds billing-monitor flags (e.g. -addr 127.0.0.1:9191 -every 2m).
+PROMETHEUS    ?=
+MONITOR_FLAGS ?=
+
+monitor: build ## two replicas on the demo's services, a real Prometheus with the alert rules, orders and a fault every minute, until Ctrl-C
+	@db="$${BILLING_DATABASE_URL:-$$(scripts/pg.sh start)}"; prom="$${PROMETHEUS:-$$(scripts/prometheus.sh path)}"; \
+	cd deploy && go build -o ../bin/billing-monitor ./cmd/billing-monitor && \
+	exec ../bin/billing-monitor -consumer ../bin/billing-consumer -prometheus "$$prom" -db "$$db" $(MONITOR_FLAGS)

@@ -57,6 +57,10 @@ BILLING_TEST_KUBECTL=$(scripts/kube.sh env | sed -n 's/^KUBECTL=//p')
 export BILLING_TEST_KUBECONFIG BILLING_TEST_KUBECTL
 prev_trap=$(trap -p EXIT | sed "s/^trap -- '\(.*\)' EXIT$/\1/")
 trap "scripts/kube.sh stop >/dev/null 2>&1 || true; ${prev_trap:-:}" EXIT
+# Prometheus 3 (scripts/prometheus.sh: built once per version and cached)
+# for deploy/monitoring's live test, TestMonitoring (about 2 minutes).
+BILLING_TEST_PROMETHEUS=$(scripts/prometheus.sh path)
+export BILLING_TEST_PROMETHEUS
 # deploy/ is a module of its own (Kubernetes and Prometheus dependencies
 # stay out of the service): manifests, overlays, PromQL, Dockerfile, and
 # kubectl apply --dry-run=server against that API server.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,7 +18,7 @@ import (
 // closes both sides at once, the client's with a TCP reset, so the client
 // sees its connection die mid-transaction and the server rolls back
 // whatever that connection had not committed. New connections are always
-// accepted. A Tap (SetTap) can cut a connection just before a given
+// accepted, unless the proxy is set down (SetDown). A Tap (SetTap) can cut a connection just before a given
 // statement reaches the server. All methods are safe for concurrent use.
 type PGProxy struct {
 	ln     net.Listener
@@ -29,6 +30,7 @@ type PGProxy struct {
 	links map[*link]struct{}
 	cuts  int
 	tap   Tap // see SetTap
+	down  atomic.Bool
 }
 
 // link is one proxied connection: the client's side and the server's.
@@ -69,6 +71,13 @@ func (p *PGProxy) serve() {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		if p.down.Load() {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+			c.Close()
+			continue
 		}
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {
@@ -120,6 +129,16 @@ func (p *PGProxy) CutShare(share float64, spare time.Duration) int {
 		reset(l)
 	}
 	return len(doomed)
+}
+
+// SetDown makes Postgres unreachable through the proxy (down: every open
+// connection is cut, new ones are reset as soon as accepted, as when the
+// server or the network to it is gone) or reachable again.
+func (p *PGProxy) SetDown(down bool) {
+	p.down.Store(down)
+	if down {
+		p.CutShare(1, 0)
+	}
 }
 
 // Cuts returns how many connections CutShare and the Tap have cut so far.

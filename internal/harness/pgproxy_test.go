@@ -81,3 +81,47 @@ func TestPGProxy(t *testing.T) {
 		t.Fatalf("a new connection after the cut: %v", err)
 	}
 }
+
+// TestPGProxyDown checks SetDown against a real Postgres: a session open
+// when the proxy goes down dies, a new one is refused while it is down,
+// and sessions work again once it is up.
+func TestPGProxyDown(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := StartPGProxy(u.Host, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	proxied, err := p.URL(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	open, err := pgx.Connect(ctx, proxied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close(ctx)
+	p.SetDown(true)
+	if _, err := open.Exec(ctx, "SELECT 1"); err == nil {
+		t.Error("a session open when the proxy went down still works")
+	}
+	if c, err := pgx.Connect(ctx, proxied); err == nil {
+		c.Close(ctx)
+		t.Error("a new session was accepted while the proxy is down")
+	}
+	p.SetDown(false)
+	c, err := pgx.Connect(ctx, proxied)
+	if err != nil {
+		t.Fatalf("after SetDown(false): %v", err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatalf("after SetDown(false): %v", err)
+	}
+}

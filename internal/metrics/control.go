@@ -31,13 +31,13 @@ type Control struct {
 func NewControl(reg prometheus.Registerer, topic string) *Control {
 	c := &Control{
 		Paused: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "billing_paused", Help: "1 while an operator's pause of billing (billing-consumer pause) is in force, as this replica last read it.",
+			Name: Paused, Help: "1 while an operator's pause of billing (billing-consumer pause) is in force, as this replica last read it.",
 		}),
 		PausedSeconds: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "billing_paused_seconds", Help: "How long the operator's pause has been in force, by the database's clock; 0 when not paused.",
+			Name: PausedSeconds, Help: "How long the operator's pause has been in force, by the database's clock; 0 when not paused.",
 		}),
 		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "billing_kafka_partition_owned", Help: "1 for each partition of the topic this replica owns now; 0 for one it owned before and no longer does.",
+			Name: KafkaPartitionOwned, Help: "1 for each partition of the topic this replica owns now; 0 for one it owned before and no longer does.",
 		}, []string{"topic", "partition"}),
 		topic: topic,
 		held:  map[int]bool{},

@@ -79,71 +79,71 @@ type Metrics struct {
 func New(reg prometheus.Registerer, version, commit string) *Metrics {
 	m := &Metrics{
 		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "billing_events_total", Help: "Events finished, by result (charged, duplicate, duplicate_order, dlq, parked).",
+			Name: EventsTotal, Help: "Events finished, by result (charged, duplicate, duplicate_order, dlq, parked).",
 		}, []string{"result"}),
 		DLQ: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "billing_dlq_total", Help: "Records sent to the dead-letter topic, by reason.",
+			Name: DLQTotal, Help: "Records sent to the dead-letter topic, by reason.",
 		}, []string{"reason"}),
 		EventDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "billing_event_duration_seconds", Help: "Time from fetching an event to committing its offset.",
+			Name: EventDurationSeconds, Help: "Time from fetching an event to committing its offset.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
 		}),
 		PaymentRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "billing_payment_requests_total", Help: "Payment provider answers, by HTTP status code or error.",
+			Name: PaymentRequestsTotal, Help: "Payment provider answers, by HTTP status code or error.",
 		}, []string{"code"}),
 		PaymentDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "billing_payment_duration_seconds", Help: "Duration of one payment request.",
+			Name: PaymentDurationSeconds, Help: "Duration of one payment request.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
 		}),
 		ConsumerLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "billing_kafka_consumer_lag", Help: "Log-end offset minus the consumer group's committed offset.",
+			Name: KafkaConsumerLag, Help: "Log-end offset minus the consumer group's committed offset.",
 		}, []string{"topic", "group", "partition"}),
 		CommittedOffset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "billing_kafka_committed_offset", Help: "The consumer group's committed offset.",
+			Name: KafkaCommittedOffset, Help: "The consumer group's committed offset.",
 		}, []string{"topic", "group", "partition"}),
 		LogEndOffset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "billing_kafka_log_end_offset", Help: "The offset the next record of the partition will get.",
+			Name: KafkaLogEndOffset, Help: "The offset the next record of the partition will get.",
 		}, []string{"topic", "partition"}),
 		LagLastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "billing_kafka_lag_last_success_timestamp_seconds", Help: "Unix time of the last consumer-lag query the brokers answered; 0 before the first.",
+			Name: KafkaLagLastSuccess, Help: "Unix time of the last consumer-lag query the brokers answered; 0 before the first.",
 		}),
 		EventAge: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "billing_event_age_seconds", Help: "Time from a record's timestamp to the commit of its offset.",
+			Name: EventAgeSeconds, Help: "Time from a record's timestamp to the commit of its offset.",
 			Buckets: []float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 6 * 3600, 24 * 3600},
 		}),
 		DLQRecords: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "billing_dlq_records", Help: "Dead-letter records not yet consumed by dlq replay.",
+			Name: DLQRecordsPending, Help: "Dead-letter records not yet consumed by dlq replay.",
 		}),
 		DLQOldestAge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "billing_dlq_oldest_record_age_seconds", Help: "Age of the oldest dead-letter record not yet consumed by dlq replay; 0 when none.",
+			Name: DLQOldestRecordAge, Help: "Age of the oldest dead-letter record not yet consumed by dlq replay; 0 when none.",
 		}),
 		DLQRetention: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "billing_dlq_retention_seconds", Help: "retention.ms of the dead-letter topic in seconds; 0 when unknown or unlimited.",
+			Name: DLQRetentionSeconds, Help: "retention.ms of the dead-letter topic in seconds; 0 when unknown or unlimited.",
 		}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "billing_build_info", Help: "Always 1; the labels say which build runs.",
+			Name: BuildInfoName, Help: "Always 1; the labels say which build runs.",
 		}, []string{"version", "commit", "goversion"}),
 		DedupPartitions: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "billing_dedup_partitions", Help: "Number of processed_event partitions.",
+			Name: DedupPartitionCount, Help: "Number of processed_event partitions.",
 		}),
 		DedupBypassed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "billing_dedup_out_of_range_total", Help: "Events outside every processed_event partition, decided by the charge ledger alone.",
+			Name: DedupOutOfRangeTotal, Help: "Events outside every processed_event partition, decided by the charge ledger alone.",
 		}),
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "billing_retries_total", Help: "Retried processing attempts, by error kind.",
+			Name: RetriesTotal, Help: "Retried processing attempts, by error kind.",
 		}, []string{"kind"}),
 		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "billing_batch_size", Help: "Events billed per transaction.",
+			Name: BatchSizeEvents, Help: "Events billed per transaction.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
 		}),
 		LedgerClaims: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "billing_ledger_claims", Help: "Charge ledger claims that are not settled, by status (pending, blocked).",
+			Name: LedgerClaimCount, Help: "Charge ledger claims that are not settled, by status (pending, blocked).",
 		}, []string{"status"}),
 		ParkedEvents: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "billing_parked_events", Help: "Events whose record was committed while their claim, or their decision, waits for the completer.",
+			Name: ParkedEventsCount, Help: "Events whose record was committed while their claim, or their decision, waits for the completer.",
 		}),
 		LedgerOldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "billing_ledger_oldest_pending_seconds", Help: "Age of the oldest pending ledger claim; 0 when none is pending.",
+			Name: LedgerOldestPendingAge, Help: "Age of the oldest pending ledger claim; 0 when none is pending.",
 		}),
 	}
 	// Every label value exists from the start, at zero: an alert on
