@@ -78,6 +78,11 @@ type Config struct {
 	RebalanceTimeout  time.Duration // zero: kafka-go's default (30s)
 	HeartbeatInterval time.Duration // zero: kafka-go's default (3s)
 	MaxBytes          int           // largest fetch; zero: 10 MiB
+	// PartitionWatchInterval is how often the topic's partition count is
+	// re-read: partitions added while the consumer runs are rebalanced
+	// onto the group within about this interval plus one rebalance (see
+	// kafkagroup.GroupConfig.WatchPartitions). Zero: 5s; negative: off.
+	PartitionWatchInterval time.Duration
 
 	Logger *slog.Logger
 	// OnCommit, when set, is called after each successful commit request,
@@ -125,6 +130,9 @@ func New(cfg Config, handle Handler) (*Consumer, error) {
 	}
 	if cfg.PartitionWindow <= 0 {
 		cfg.PartitionWindow = 1024
+	}
+	if cfg.PartitionWatchInterval == 0 {
+		cfg.PartitionWatchInterval = 5 * time.Second
 	}
 	session, rebalance := cfg.SessionTimeout, cfg.RebalanceTimeout
 	if session == 0 {
@@ -179,7 +187,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	group, err := kafkagroup.Join(kafkagroup.GroupConfig{
 		ID: c.cfg.GroupID, Brokers: c.cfg.Brokers, Topic: c.cfg.Topic, Dialer: c.cfg.Dialer,
 		SessionTimeout: c.cfg.SessionTimeout, RebalanceTimeout: c.cfg.RebalanceTimeout,
-		HeartbeatInterval: c.cfg.HeartbeatInterval, Logger: c.cfg.Logger,
+		HeartbeatInterval: c.cfg.HeartbeatInterval, WatchPartitions: c.cfg.PartitionWatchInterval,
+		Logger: c.cfg.Logger,
 	})
 	if err != nil {
 		return fmt.Errorf("consumer group: %w", err)
