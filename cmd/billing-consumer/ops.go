@@ -13,8 +13,11 @@ import (
 
 // opsHandler serves /metrics from reg, /healthz (the process answers:
 // never a dependency check, or a database outage would restart every pod)
-// and /readyz (ready() == nil, else 503 with the reason).
-func opsHandler(reg *prometheus.Registry, ready func(context.Context) error) http.Handler {
+// and /readyz (ready() == nil, else 503 with the reason), each answer
+// followed by detail() on a line of its own when it is not empty: what an
+// operator should know whether or not this instance is ready (partitions
+// with lag that no member of the group owns).
+func opsHandler(reg *prometheus.Registry, ready func(context.Context) error, detail func() string) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -23,11 +26,18 @@ func opsHandler(reg *prometheus.Registry, ready func(context.Context) error) htt
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
+		body, code := "ready", http.StatusOK
 		if err := ready(ctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			body, code = "not ready: "+err.Error(), http.StatusServiceUnavailable
+		}
+		if d := detail(); d != "" {
+			body += "\n" + d
+		}
+		if code != http.StatusOK {
+			http.Error(w, body, code)
 			return
 		}
-		fmt.Fprintln(w, "ready")
+		fmt.Fprintln(w, body)
 	})
 	return mux
 }

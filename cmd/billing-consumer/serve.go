@@ -60,10 +60,11 @@ func (s *service) loops() []loop {
 			maintainer(cfg, s.pool, s.logger).Run(ctx, cfg.RetentionInterval, func(p dedup.Pass) { s.m.DedupPass(p.Partitions) })
 		}},
 		{"lag", func(ctx context.Context) {
+			gauges := s.m.Lag(cfg.KafkaTopic, cfg.KafkaGroupID, 3*cfg.KafkaLagInterval, time.Now)
 			consumer.WatchLag(ctx, client, cfg.KafkaTopic, cfg.KafkaGroupID, cfg.KafkaLagInterval, s.logger,
-				s.m.Lag(cfg.KafkaTopic, cfg.KafkaGroupID, 3*cfg.KafkaLagInterval, time.Now))
+				func(l []consumer.PartitionLag, err error) { s.group.observeLag(l, err); gauges(l, err) })
 		}},
-		{"idle check", func(ctx context.Context) { s.idle.run(ctx, cfg.KafkaLagInterval) }},
+		{"group assignment", func(ctx context.Context) { s.group.run(ctx, cfg.KafkaLagInterval) }},
 		{"ledger completer", func(ctx context.Context) {
 			completer(cfg, s.pool, s.payer.ForBilling(), s.logger).Run(ctx, cfg.CompleterInterval, func(u billing.Unsettled) {
 				s.m.LedgerClaims.WithLabelValues("pending").Set(float64(u.Pending))

@@ -44,7 +44,7 @@ type service struct {
 	handler  *pipeline.Handler
 	consumer *consumer.Consumer
 	consume  func(context.Context) error // consumer.Run; a test may replace it
-	idle     *idleWatcher                // why the consumer owns no partition
+	group    *groupWatcher               // the brokers' view of the group's assignment
 
 	ready    *readiness
 	ln       net.Listener
@@ -143,8 +143,9 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		return nil, err
 	}
 	s.consume = s.consumer.Run
-	s.idle = &idleWatcher{client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second},
-		topic: cfg.KafkaTopic, group: cfg.KafkaGroupID, consumer: s.consumer, logger: s.logger}
+	s.group = &groupWatcher{client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second},
+		topic: cfg.KafkaTopic, group: cfg.KafkaGroupID, consumer: s.consumer, logger: s.logger,
+		report: s.m.Unowned(cfg.KafkaTopic, cfg.KafkaGroupID)}
 	if err := s.listen(); err != nil {
 		return nil, err
 	}
@@ -161,7 +162,7 @@ func (s *service) listen() error {
 	}
 	s.ln = ln
 	s.onClose(func() { _ = ln.Close() }) // Serve closes it too; a second Close is harmless
-	s.srv = &http.Server{Handler: opsHandler(s.reg, s.readyCheck), ReadHeaderTimeout: 5 * time.Second}
+	s.srv = &http.Server{Handler: opsHandler(s.reg, s.readyCheck, s.group.detail), ReadHeaderTimeout: 5 * time.Second}
 	if s.cfg.PprofAddr == "" {
 		return nil
 	}

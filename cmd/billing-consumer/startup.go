@@ -28,7 +28,7 @@ func (r *readiness) get() string       { return *r.reason.Load() }
 // readyCheck is /readyz: not ready while starting up (with the step it
 // waits for), then ready when the database answers, the consumer is a
 // group member that owns partitions or idles only because every partition
-// is taken (see idleWatcher), and no event is waiting out a systemic
+// is taken (see groupWatcher), and no event is waiting out a systemic
 // failure.
 func (s *service) readyCheck(ctx context.Context) error {
 	if r := s.ready.get(); r != "" {
@@ -40,7 +40,7 @@ func (s *service) readyCheck(ctx context.Context) error {
 	if !s.consumer.Joined() {
 		return errors.New("not a consumer group member")
 	}
-	if err := s.idle.notReady(); err != nil {
+	if err := s.group.notReady(); err != nil {
 		return err
 	}
 	if s.handler.Stalled() {
