@@ -19,7 +19,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/tracing"
 )
@@ -69,18 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "billing-consumer %s (commit %s, %s)\n", version, commit, runtime.Version())
 		return nil
 	case "migrate":
-		return withDB(ctx, args, "migrate", stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
-			n, err := migrations.Up(ctx, pool, logger)
-			if err != nil {
-				return err
-			}
-			logger.Info("migrations up to date", "applied", n)
-			// A fresh database gets its processed_event partitions now, before
-			// any consumer starts: an event outside every partition is
-			// decided by the ledger alone (SPEC §6).
-			_, err = maintainer(cfg, pool, logger).RunOnce(ctx)
-			return err
-		})
+		return migrateCommand(ctx, args, stderr)
 	case "retention":
 		return withDB(ctx, args, "retention", stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
 			_, err := maintainer(cfg, pool, logger).RunOnce(ctx)
@@ -179,7 +167,9 @@ func help(w io.Writer) error {
 
 Usage:
   billing-consumer [run]                          consume until SIGTERM/SIGINT, then shut down gracefully
-  billing-consumer migrate                        apply the embedded database migrations, create the dedup partitions, exit
+  billing-consumer migrate [--allow-breaking]     apply the embedded database migrations, create the dedup partitions, exit;
+                                                  refuses a migration that breaks older replicas still running
+                                                  unless --allow-breaking
   billing-consumer retention                      one pass of dedup partition maintenance and exit
   billing-consumer dlq replay [--max N] [--dry-run] [--reason R]
                                                   republish dead-lettered records (R: invalid, permanent, conflict

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
@@ -45,6 +46,11 @@ type service struct {
 	consumer *consumer.Consumer
 	consume  func(context.Context) error // consumer.Run; a test may replace it
 	group    *groupWatcher               // the brokers' view of the group's assignment
+	guard    *schemaGuard                // the schema accepts this binary; its registration
+	// stopConsuming ends the consumer's context without ending Run's: the
+	// guard calls it (through refuse) when the schema stops accepting
+	// this binary. Set by Run before the loops start.
+	stopConsuming context.CancelFunc
 
 	ready    *readiness
 	ln       net.Listener
@@ -90,6 +96,14 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		return nil, err
 	}
 	s.onClose(s.pool.Close)
+	id := replicaID()
+	s.guard = &schemaGuard{
+		register: func(ctx context.Context) error {
+			return migrations.Register(ctx, s.pool, id, version, cfg.KafkaGroupID)
+		},
+		deregister: func(ctx context.Context) error { return migrations.Deregister(ctx, s.pool, id) },
+		refuse:     s.refuse,
+	}
 
 	payer, err := payment.New(payment.Config{
 		BaseURL: cfg.PaymentURL, Token: cfg.PaymentToken, Timeout: cfg.PaymentTimeout, MaxConns: cfg.Concurrency,
@@ -194,6 +208,16 @@ func (s *service) setupTracing(ctx context.Context) (trace.Tracer, propagation.T
 		}
 	})
 	return tp.Tracer(tracing.ScopeName), tracing.Propagator(), nil
+}
+
+// refuse stops billing for good on a schema that no longer accepts this
+// binary: one log line, /readyz unready with the reason, the consumer
+// drained and out of the group. The process stays up until it is
+// stopped (a rollout replaces it).
+func (s *service) refuse(reason string) {
+	s.logger.Error("the schema no longer accepts this binary: stopped billing", "reason", reason)
+	s.ready.set(reason)
+	s.stopConsuming()
 }
 
 func (s *service) onClose(f func()) { s.closers = append(s.closers, f) }

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/kafkaconn"
 )
 
@@ -69,7 +68,7 @@ func (s *service) startup(ctx context.Context) error {
 		// Kafka first: credentials it refuses end the process at once.
 		{"Kafka", s.checkKafka},
 		{"the database", func(ctx context.Context) error { return s.pool.Ping(ctx) }},
-		{"the schema", s.checkSchema},
+		{"the schema", s.guard.check},
 		{"dedup partition maintenance", func(ctx context.Context) error {
 			p, err := maintainer(s.cfg, s.pool, s.logger).RunOnce(ctx)
 			if err == nil {
@@ -120,23 +119,6 @@ func (s *service) waitFor(ctx context.Context, name string, check func(context.C
 		}
 		delay = min(2*delay, s.cfg.StartupBackoffMax)
 	}
-}
-
-// checkSchema fails while the database's schema is behind (or ahead of)
-// the migrations this binary embeds: the migration Job has not run yet, or
-// an older binary runs against a newer schema.
-func (s *service) checkSchema(ctx context.Context) error {
-	cur, latest, err := migrations.Versions(ctx, s.pool)
-	if err != nil {
-		return err
-	}
-	switch {
-	case cur < latest:
-		return fmt.Errorf("schema version %d, this build needs %d: run billing-consumer migrate", cur, latest)
-	case cur > latest:
-		return fmt.Errorf("schema version %d is newer than this build's %d: deploy the newer build", cur, latest)
-	}
-	return nil
 }
 
 // checkKafka connects once to the brokers, TLS and SASL included. A
