@@ -22,10 +22,9 @@ import (
 // --allow-breaking), it logs one line, deregisters, and calls refuse: the
 // service stops consuming and stays up, unready, saying why.
 type schemaGuard struct {
-	id, version, group string
-	register           func(ctx context.Context) error
-	deregister         func(ctx context.Context) error
-	refuse             func(reason string)
+	register   func(ctx context.Context) error // check, then register or refresh
+	deregister func(ctx context.Context) error
+	refuse     func(reason string)
 
 	once sync.Once
 }
