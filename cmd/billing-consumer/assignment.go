@@ -54,6 +54,24 @@ func (v *groupView) lagging() (ids []int, lag []int64, total int64) {
 	return ids, lag, total
 }
 
+// rejoinEvery bounds how often a member rejoins a stable group that leaves
+// partitions to nobody (see needsRejoin): a leader that keeps doing so
+// (not one of ours) must not make it churn.
+const rejoinEvery = time.Minute
+
+// needsRejoin reports whether prev and v, two consecutive readings, both
+// found this member in the same Stable generation with partitions of the
+// topic assigned to nobody. The group's leader missed them: kafka-go's
+// partition watcher takes its baseline count when a generation starts, so
+// partitions added between the leader's metadata read and that baseline go
+// unnoticed until the next rebalance. Only the leader's JoinGroup
+// rebalances a stable group, and no member knows who leads, so every
+// member rejoins (consumer.Rejoin).
+func needsRejoin(prev, v *groupView) bool {
+	stranded := func(x *groupView) bool { return x.gen >= 0 && x.State == "Stable" && len(x.Unassigned) > 0 }
+	return prev != nil && stranded(prev) && stranded(v) && prev.gen == v.gen
+}
+
 // groupWatcher asks the brokers, every interval, how the group has
 // assigned the topic (consumer.AssignmentOf: Metadata and DescribeGroups,
 // the broker's view, right whatever this instance owns), and
@@ -62,6 +80,9 @@ func (v *groupView) lagging() (ids []int, lag []int64, total int64) {
 //   - keeps the reading for /readyz: an instance that idles while a Stable
 //     group leaves partitions to nobody is not ready (notReady), and every
 //     answer names the unowned partitions that have lag (detail);
+//   - rejoins the group when two readings in a row find a stable
+//     generation that leaves partitions to nobody (needsRejoin), at most
+//     once per rejoinEvery;
 //   - logs each change of the idle verdict, and each change of the set of
 //     unowned partitions with lag.
 //
@@ -73,6 +94,7 @@ type groupWatcher struct {
 	group    string
 	consumer interface {
 		Generation() (consumer.Generation, bool)
+		Rejoin()
 	}
 	logger *slog.Logger
 	// report receives each reading's unowned partition count and the sum
@@ -100,6 +122,8 @@ func (w *groupWatcher) observeLag(lags []consumer.PartitionLag, err error) {
 
 func (w *groupWatcher) run(ctx context.Context, interval time.Duration) {
 	verdict, lagging := "", ""
+	var prev *groupView
+	var rejoined time.Time
 	kafkagroup.Every(ctx, interval, func(qctx context.Context) {
 		a, err := consumer.AssignmentOf(qctx, w.client, w.topic, w.group)
 		if err != nil {
@@ -128,6 +152,13 @@ func (w *groupWatcher) run(ctx context.Context, interval time.Duration) {
 			}
 		}
 		verdict = w.logIdle(v, verdict)
+		if needsRejoin(prev, v) && time.Since(rejoined) >= rejoinEvery {
+			rejoined = time.Now()
+			w.logger.Warn("the group is stable but leaves partitions to nobody: rejoining, so that the leader assigns them",
+				"group", w.group, "generation", v.gen, "unassigned", v.Unassigned)
+			w.consumer.Rejoin()
+		}
+		prev = v
 	})
 }
 

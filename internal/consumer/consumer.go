@@ -97,6 +97,9 @@ type Consumer struct {
 	cfg    Config
 	handle Handler
 	gen    atomic.Pointer[Generation] // nil between generations
+	// endGen ends the current generation's partitions (see Rejoin); nil
+	// between generations.
+	endGen atomic.Pointer[context.CancelFunc]
 	jobs   chan job                   // to the idle workers; see startWorkers
 }
 
@@ -159,6 +162,20 @@ func New(cfg Config, handle Handler) (*Consumer, error) {
 // Joined reports whether the consumer is currently a member of a group
 // generation (for /readyz).
 func (c *Consumer) Joined() bool { return c.gen.Load() != nil }
+
+// Rejoin ends the current generation as a rebalance would (each partition
+// drains and commits), and kafka-go joins the group again under the same
+// member id. When this member leads the group, its JoinGroup makes the
+// coordinator rebalance, and the leader assigns every partition the topic
+// has now; a follower's JoinGroup in a stable group only gets its
+// assignment back. It is the way out of a stable group that leaves
+// partitions to nobody (see kafkagroup.GroupConfig.WatchPartitions); a
+// no-op between generations. Safe for concurrent use.
+func (c *Consumer) Rejoin() {
+	if end := c.endGen.Load(); end != nil {
+		(*end)()
+	}
+}
 
 // Generation is the group generation a consumer is a member of.
 type Generation struct {
@@ -259,6 +276,8 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
 		stop, cancel := context.WithCancel(ctx)
 		defer cancel()
 		context.AfterFunc(genCtx, cancel)
+		c.endGen.Store(&cancel)
+		defer c.endGen.Store(nil)
 		cm := newCommitter(c.commitGeneration(gen), c.cfg.OnCommit, c.cfg.Logger.With("group", c.cfg.GroupID))
 		drained := make(chan struct{})
 		go func() {

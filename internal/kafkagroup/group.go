@@ -40,7 +40,10 @@ type GroupConfig struct {
 	// partition that the group never committed starts at its earliest
 	// record (see Join), so nothing produced to a new partition before
 	// its assignment is skipped. Zero: off (kafka-go re-reads the count
-	// only at the next rebalance).
+	// only at the next rebalance). The watcher takes its baseline when a
+	// generation starts, after the leader read the metadata: partitions
+	// added in between go unnoticed until the next rebalance (the
+	// service's group watcher rejoins then; see consumer.Rejoin).
 	WatchPartitions time.Duration
 	// Logger receives kafka-go's group errors, as warnings.
 	Logger *slog.Logger
