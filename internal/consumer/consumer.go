@@ -100,7 +100,7 @@ type Consumer struct {
 	// endGen ends the current generation's partitions (see Rejoin); nil
 	// between generations.
 	endGen atomic.Pointer[context.CancelFunc]
-	jobs   chan job                   // to the idle workers; see startWorkers
+	jobs   chan job // to the idle workers; see startWorkers
 }
 
 // New validates cfg and returns a Consumer that calls handle for each
