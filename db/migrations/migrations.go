@@ -86,12 +86,3 @@ func up(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, logger *slog.Logger
 	}
 	return applied, nil
 }
-
-// Versions returns the schema version the database has (the highest
-// applied migration, 0 before the first) and the latest this binary
-// embeds. It only reads: a database that was never migrated has no goose
-// table and is at version 0.
-func Versions(ctx context.Context, pool *pgxpool.Pool) (current, latest int64, err error) {
-	c, err := CheckCompat(ctx, pool, false)
-	return c.Schema, c.Binary, err
-}
