@@ -1,9 +1,12 @@
 // Package migrations embeds the SQL migrations of billing-consumer and
-// applies them with goose.
+// applies them with goose, and guards the schema's compatibility with the
+// binaries that run against it (compat.go): each migration from 00004 on
+// declares the lowest binary level it accepts, running replicas register
+// their level, and UpWith refuses a step that would break one of them.
 //
 // Up is safe to run from several replicas at once: goose holds a Postgres
-// advisory lock for the whole run, so a second runner waits, then finds
-// nothing left to apply.
+// advisory lock while it applies each migration, so a second runner waits,
+// then finds nothing left to apply.
 package migrations
 
 import (
