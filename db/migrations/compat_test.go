@@ -129,13 +129,14 @@ func TestBreakingStepRefusedWhileOlderReplicaRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	breaking, v := withNext(t, migrations.Level()+1)
+	before := lowestOf(t, pool)
 	_, err := migrations.UpFS(ctx, pool, breaking, quietLogger(), migrations.Options{})
 	var be *migrations.BreakingError
 	if !errors.As(err, &be) || be.Version != v || len(be.Running) != 1 || be.Running[0].ID != "old-1" {
 		t.Fatalf("breaking step with a running replica: %v; want a migrations.BreakingError naming old-1", err)
 	}
 	t.Logf("refused: %v", err)
-	if c, _ := migrations.CheckCompat(ctx, pool, false); c.Schema != migrations.Level() || c.Lowest != 3 {
+	if c, _ := migrations.CheckCompat(ctx, pool, false); c.Schema != migrations.Level() || c.Lowest != before {
 		t.Fatalf("after the refusal: %+v; want the schema and its record unchanged", c)
 	}
 
