@@ -89,3 +89,13 @@ func up(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, logger *slog.Logger
 	}
 	return applied, nil
 }
+
+// Versions returns the schema version the database has (the highest
+// applied migration, 0 before the first) and the latest this binary
+// embeds (its level). It only reads: a database that was never migrated
+// has no goose table and is at version 0. The one-shot commands use it to
+// say "run migrate"; run checks more (CheckCompat, Register).
+func Versions(ctx context.Context, pool *pgxpool.Pool) (current, latest int64, err error) {
+	c, err := CheckCompat(ctx, pool, false)
+	return c.Schema, c.Binary, err
+}
