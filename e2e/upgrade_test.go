@@ -90,10 +90,7 @@ func (r *replica) lines(t *testing.T, s string) []string {
 // migrateWith runs bin migrate with args and returns its output and error.
 func (w *world) migrateWith(t *testing.T, bin string, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"migrate"}, args...)...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, w.env()...)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return w.runWith(t, bin, append([]string{"migrate"}, args...)...)
 }
 
 // TestSchemaGuard walks a release through the schema compatibility guard

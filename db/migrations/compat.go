@@ -128,6 +128,22 @@ func Level() int64 {
 	return latest
 }
 
+// LowestCompatible is the lowest binary level that may run against the
+// schema this binary migrates to: the highest lowest-compatible-binary its
+// migrations declare (the record only rises). A binary of a lower level
+// must be stopped before this one's migrate (stop-then-start).
+func LowestCompatible() int64 {
+	low, err := lowestBinaries(files)
+	if err != nil {
+		panic(err) // the embedded directives are checked by the tests
+	}
+	var out int64
+	for _, l := range low {
+		out = max(out, l)
+	}
+	return out
+}
+
 // q is what CheckCompat needs of a pool or a transaction.
 type q interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row

@@ -24,6 +24,9 @@ func TestEmbeddedDirectives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got := migrations.LowestCompatible(); got < 3 || got > migrations.Level() {
+		t.Errorf("LowestCompatible() = %d, want between 3 and %d", got, migrations.Level())
+	}
 	if low[4] != 3 {
 		t.Errorf("00004 declares lowest compatible binary %d, want 3 (it only adds tables)", low[4])
 	}
