@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +19,11 @@ import (
 )
 
 // rogueBalancer is a "range" balancer that gives the partitions in keep to
-// the member that announces itself with the user data "rogue" and nothing
-// to anybody else: as the group's leader, it leaves the other partitions
-// to nobody, the state a stuck rebalance can leave a group in.
-type rogueBalancer struct{ keep []int }
+// the member that announces itself with the user data "rogue", the
+// partitions in others to every other member, and nothing else: as the
+// group's leader, it leaves the rest to nobody, the state a stuck
+// rebalance can leave a group in.
+type rogueBalancer struct{ keep, others []int }
 
 func (rogueBalancer) ProtocolName() string      { return "range" }
 func (rogueBalancer) UserData() ([]byte, error) { return []byte("rogue"), nil }
@@ -29,8 +31,13 @@ func (b rogueBalancer) AssignGroups(members []kafka.GroupMember, partitions []ka
 	out := kafka.GroupMemberAssignments{}
 	for _, m := range members {
 		out[m.ID] = map[string][]int{}
-		if bytes.Equal(m.UserData, []byte("rogue")) && len(partitions) > 0 {
+		if len(partitions) == 0 {
+			continue
+		}
+		if bytes.Equal(m.UserData, []byte("rogue")) {
 			out[m.ID][partitions[0].Topic] = b.keep
+		} else if len(b.others) > 0 {
+			out[m.ID][partitions[0].Topic] = b.others
 		}
 	}
 	return out
@@ -39,11 +46,11 @@ func (b rogueBalancer) AssignGroups(members []kafka.GroupMember, partitions []ka
 // startRogueLeader joins group on topic first, so that it leads every
 // generation, and stays a member (idle on its partitions) until the test
 // ends. It returns once it has its first generation.
-func startRogueLeader(t *testing.T, brokers []string, topic, group string, keep []int) {
+func startRogueLeader(t *testing.T, brokers []string, topic, group string, b rogueBalancer) {
 	t.Helper()
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID: group, Brokers: brokers, Topics: []string{topic},
-		GroupBalancers: []kafka.GroupBalancer{rogueBalancer{keep: keep}},
+		GroupBalancers: []kafka.GroupBalancer{b},
 		SessionTimeout: 6 * time.Second, RebalanceTimeout: 10 * time.Second, HeartbeatInterval: time.Second,
 	})
 	if err != nil {
@@ -77,9 +84,10 @@ func startRogueLeader(t *testing.T, brokers []string, topic, group string, keep 
 }
 
 // startIdleService runs the service on a fresh 3-partition topic whose
-// group is led by a rogue leader keeping the partitions keep, and returns
-// the base URL of its ops endpoints and the service.
-func startIdleService(t *testing.T, keep []int) (string, *inProcess) {
+// group is led by the rogue leader b, and returns the base URL of its ops
+// endpoints and the service; produce, when set, writes records to the
+// topic before the service starts.
+func startIdleService(t *testing.T, b rogueBalancer, produce ...func(brokers []string, topic string)) (string, *inProcess) {
 	t.Helper()
 	dbURL := pgtest.NewDatabase(t)
 	brokers := kafkatest.Brokers(t)
@@ -102,7 +110,10 @@ func startIdleService(t *testing.T, keep []int) (string, *inProcess) {
 	if _, err := runCmd(t, "migrate"); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	startRogueLeader(t, brokers, topic, group, keep)
+	for _, p := range produce {
+		p(brokers, topic)
+	}
+	startRogueLeader(t, brokers, topic, group, b)
 	svc := startRun(t)
 	return "http://" + svc.httpAddr(t), svc
 }
@@ -111,7 +122,7 @@ func startIdleService(t *testing.T, keep []int) (string, *inProcess) {
 // no partition while the group leaves partitions to nobody is not ready,
 // and says why.
 func TestReadyzFalseWhileIdleAndPartitionsUnassigned(t *testing.T) {
-	base, svc := startIdleService(t, []int{0})
+	base, svc := startIdleService(t, rogueBalancer{keep: []int{0}})
 	last := ""
 	poll.Until(t, 60*time.Second, "/readyz not ready, naming the unassigned partitions", func() bool {
 		code, body := httpGet(base + "/readyz")
@@ -129,11 +140,59 @@ func TestReadyzFalseWhileIdleAndPartitionsUnassigned(t *testing.T) {
 // TestReadyzTrueWhileIdleAndEveryPartitionTaken: with more members than
 // partitions, an instance owning none is a standby, and ready.
 func TestReadyzTrueWhileIdleAndEveryPartitionTaken(t *testing.T) {
-	base, svc := startIdleService(t, []int{0, 1, 2})
+	base, svc := startIdleService(t, rogueBalancer{keep: []int{0, 1, 2}})
 	poll.Until(t, 60*time.Second, "the idle check's verdict", func() bool {
 		return strings.Contains(svc.stderr.String(), "every partition is assigned to another member")
 	})
 	if code, body := httpGet(base + "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz = %d %q, want 200: every partition is taken", code, body)
+	}
+}
+
+// TestUnownedPartitionsWithLag: while the group leaves partitions with
+// lag to nobody (a rogue leader gives this instance partition 0 only),
+// billing_kafka_partitions_unowned and billing_kafka_partitions_unowned_lag
+// say how many and how much, and /readyz, still ready (this instance
+// consumes what it owns), names them with their lag.
+func TestUnownedPartitionsWithLag(t *testing.T) {
+	// Two records to partition 1, three to partition 2; nobody consumes
+	// them, so they stay lag.
+	produce := func(brokers []string, topic string) {
+		w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Transport: &kafka.Transport{},
+			Balancer: kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return int(m.Key[0] - '0') })}
+		defer w.Close()
+		msgs := []kafka.Message{{Key: []byte("1")}, {Key: []byte("1")}, {Key: []byte("2")}, {Key: []byte("2")}, {Key: []byte("2")}}
+		for i := range msgs {
+			msgs[i].Value = []byte("not an event")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := w.WriteMessages(ctx, msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base, svc := startIdleService(t, rogueBalancer{others: []int{0}}, produce)
+	want := []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^billing_kafka_partitions_unowned\{group="billing-idle-group[^"]*",topic="billing-idle[^"]*"\} 2$`),
+		regexp.MustCompile(`(?m)^billing_kafka_partitions_unowned_lag\{group="billing-idle-group[^"]*",topic="billing-idle[^"]*"\} 5$`),
+	}
+	last := ""
+	poll.Until(t, 60*time.Second, "/readyz ready, naming partitions 1 and 2 with their lag, and the gauges", func() bool {
+		code, body := httpGet(base + "/readyz")
+		_, metrics := httpGet(base + "/metrics")
+		if now := fmt.Sprintf("%d %q", code, body); now != last {
+			t.Logf("/readyz: %s", now)
+			last = now
+		}
+		for _, w := range want {
+			if !w.MatchString(metrics) {
+				return false
+			}
+		}
+		return code == http.StatusOK && strings.HasPrefix(body, "ready\n") &&
+			strings.Contains(body, ": 1 (lag 2), 2 (lag 3)")
+	})
+	if !strings.Contains(svc.stderr.String(), "partitions with lag are owned by no member of the group") {
+		t.Errorf("no log line about the unowned partitions:\n%s", svc.stderr.String())
 	}
 }

@@ -80,18 +80,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "billing-consumer %s (commit %s, %s)\n", version, commit, runtime.Version())
 		return nil
 	case "migrate":
-		return withDB(ctx, args, "migrate", stdout, stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
-			n, err := migrations.Up(ctx, pool, logger)
-			if err != nil {
-				return err
-			}
-			logger.Info("migrations up to date", "applied", n)
-			// A fresh database gets its processed_event partitions now, before
-			// any consumer starts: an event outside every partition is
-			// decided by the ledger alone (SPEC §6).
-			_, err = maintainer(cfg, pool, logger).RunOnce(ctx)
-			return err
-		})
+		return migrateCommand(ctx, args, stdout, stderr)
 	case "retention":
 		return withDB(ctx, args, "retention", stdout, stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
 			if err := schemaCurrent(ctx, pool); err != nil {
@@ -227,7 +216,9 @@ func help(w io.Writer) error {
 
 Usage:
   billing-consumer [run]                          consume until SIGTERM/SIGINT, then shut down gracefully
-  billing-consumer migrate                        apply the embedded database migrations, create the dedup partitions, exit
+  billing-consumer migrate [--allow-breaking]     apply the embedded database migrations, create the dedup partitions, exit;
+                                                  refuses a migration that breaks older replicas still running
+                                                  unless --allow-breaking
   billing-consumer retention                      one pass of dedup partition maintenance and exit
   billing-consumer dlq replay [--reason R] [--order ID] [--partition P --offset O] [--max N] [--dry-run]
                                                   republish the selected dead-lettered records to the source

@@ -11,6 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
@@ -60,10 +61,12 @@ func (s *service) loops() []loop {
 			maintainer(cfg, s.pool, s.logger).Run(ctx, cfg.RetentionInterval, func(p dedup.Pass) { s.m.DedupPass(p.Partitions) })
 		}},
 		{"lag", func(ctx context.Context) {
+			gauges := s.m.Lag(cfg.KafkaTopic, cfg.KafkaGroupID, 3*cfg.KafkaLagInterval, time.Now)
 			consumer.WatchLag(ctx, client, cfg.KafkaTopic, cfg.KafkaGroupID, cfg.KafkaLagInterval, s.logger,
-				s.m.Lag(cfg.KafkaTopic, cfg.KafkaGroupID, 3*cfg.KafkaLagInterval, time.Now))
+				func(l []consumer.PartitionLag, err error) { s.group.observeLag(l, err); gauges(l, err) })
 		}},
-		{"idle check", func(ctx context.Context) { s.idle.run(ctx, cfg.KafkaLagInterval) }},
+		{"group assignment", func(ctx context.Context) { s.group.run(ctx, cfg.KafkaLagInterval) }},
+		{"schema guard", func(ctx context.Context) { s.guard.run(ctx, migrations.HeartbeatInterval, s.logger.Warn) }},
 		{"ledger completer", func(ctx context.Context) {
 			completer(cfg, s.pool, s.payer.ForBilling(), s.logger).Run(ctx, cfg.CompleterInterval, func(u billing.Unsettled) {
 				s.m.LedgerClaims.WithLabelValues("pending").Set(float64(u.Pending))
@@ -81,9 +84,12 @@ func (s *service) loops() []loop {
 }
 
 // Run serves /healthz at once, waits (unready, saying why) until the
-// database answers with an up-to-date schema, one dedup maintenance pass
-// has succeeded and Kafka answers, then starts the background loops and the
-// consumer, and consumes until ctx ends. Shutdown: the consumer drains and
+// database answers with a schema that accepts this binary (see
+// schemaGuard), one dedup maintenance pass has succeeded and Kafka
+// answers, then starts the background loops and the consumer, and consumes
+// until ctx ends, or until the schema guard refuses the schema: then the
+// consumer drains and leaves the group, and Run waits, unready, for ctx to
+// end. Shutdown: the consumer drains and
 // commits (bounded by BILLING_SHUTDOWN_TIMEOUT), the loops stop (3s), the
 // HTTP servers shut down (3s), then Close flushes spans (5s): 11s past
 // BILLING_SHUTDOWN_TIMEOUT at worst. Every goroutine Run started has
@@ -106,6 +112,9 @@ func (s *service) Run(ctx context.Context) error {
 		return err
 	}
 
+	consuming, stopConsuming := context.WithCancel(ctx)
+	defer stopConsuming()
+	s.stopConsuming = stopConsuming
 	bg, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLoops()
 	var loops sync.WaitGroup
@@ -120,11 +129,15 @@ func (s *service) Run(ctx context.Context) error {
 	runErr := make(chan error, 1)
 	go func() {
 		defer close(s.consumerDone)
-		runErr <- s.consume(ctx)
+		runErr <- s.consume(consuming)
 	}()
 	var consErr error
 	select {
 	case consErr = <-runErr:
+		if consErr == nil && ctx.Err() == nil {
+			// Refused by the schema guard: unready until stopped.
+			<-ctx.Done()
+		}
 	case <-ctx.Done():
 		s.logger.Info("shutdown requested, draining")
 		select {

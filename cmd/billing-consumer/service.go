@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
@@ -47,7 +49,12 @@ type service struct {
 	handler  *pipeline.Handler
 	consumer *consumer.Consumer
 	consume  func(context.Context) error // consumer.Run; a test may replace it
-	idle     *idleWatcher                // why the consumer owns no partition
+	group    *groupWatcher               // the brokers' view of the group's assignment
+	guard    *schemaGuard                // the schema accepts this binary; its registration
+	// stopConsuming ends the consumer's context without ending Run's: the
+	// guard calls it (through refuse) when the schema stops accepting
+	// this binary. Set by Run before the loops start.
+	stopConsuming context.CancelFunc
 
 	ready    *readiness
 	ln       net.Listener
@@ -95,6 +102,14 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 	}
 	s.onClose(s.pool.Close)
 	s.pause = pauseWatcher(s)
+	id := replicaID()
+	s.guard = &schemaGuard{
+		register: func(ctx context.Context) error {
+			return migrations.Register(ctx, s.pool, id, version, cfg.KafkaGroupID)
+		},
+		deregister: func(ctx context.Context) error { return migrations.Deregister(ctx, s.pool, id) },
+		refuse:     s.refuse,
+	}
 
 	auth, observe, err := paymentAuth(cfg, s.logger, s.m.Payment)
 	if err != nil {
@@ -153,8 +168,9 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		return nil, err
 	}
 	s.consume = s.consumer.Run
-	s.idle = &idleWatcher{client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second},
-		topic: cfg.KafkaTopic, group: cfg.KafkaGroupID, consumer: s.consumer, logger: s.logger}
+	s.group = &groupWatcher{client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second},
+		topic: cfg.KafkaTopic, group: cfg.KafkaGroupID, consumer: s.consumer, logger: s.logger,
+		report: s.m.Unowned(cfg.KafkaTopic, cfg.KafkaGroupID)}
 	if err := s.listen(); err != nil {
 		return nil, err
 	}
@@ -171,7 +187,7 @@ func (s *service) listen() error {
 	}
 	s.ln = ln
 	s.onClose(func() { _ = ln.Close() }) // Serve closes it too; a second Close is harmless
-	s.srv = &http.Server{Handler: opsHandler(s.reg, s.readyCheck, s.pauseDetail), ReadHeaderTimeout: 5 * time.Second}
+	s.srv = &http.Server{Handler: opsHandler(s.reg, s.readyCheck, s.readyDetail), ReadHeaderTimeout: 5 * time.Second}
 	if s.cfg.PprofAddr == "" {
 		return nil
 	}
@@ -203,6 +219,28 @@ func (s *service) setupTracing(ctx context.Context) (trace.Tracer, propagation.T
 		}
 	})
 	return tp.Tracer(tracing.ScopeName), tracing.Propagator(), nil
+}
+
+// refuse stops billing for good on a schema that no longer accepts this
+// binary: one log line, /readyz unready with the reason, the consumer
+// drained and out of the group. The process stays up until it is
+// stopped (a rollout replaces it).
+func (s *service) refuse(reason string) {
+	s.logger.Error("the schema no longer accepts this binary: stopped billing", "reason", reason)
+	s.ready.set(reason)
+	s.stopConsuming()
+}
+
+// readyDetail is /readyz's detail: the pause, then the partitions with
+// lag that no member owns, each on its own line when there is one.
+func (s *service) readyDetail() string {
+	var lines []string
+	for _, d := range []string{s.pauseDetail(), s.group.detail()} {
+		if d != "" {
+			lines = append(lines, d)
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 func (s *service) onClose(f func()) { s.closers = append(s.closers, f) }

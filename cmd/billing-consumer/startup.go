@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/kafkaconn"
 )
 
@@ -28,7 +27,7 @@ func (r *readiness) get() string       { return *r.reason.Load() }
 // readyCheck is /readyz: not ready while starting up (with the step it
 // waits for), then ready when the database answers, the consumer is a
 // group member that owns partitions or idles only because every partition
-// is taken (see idleWatcher), and no event is waiting out a systemic
+// is taken (see groupWatcher), and no event is waiting out a systemic
 // failure.
 func (s *service) readyCheck(ctx context.Context) error {
 	if r := s.ready.get(); r != "" {
@@ -40,7 +39,7 @@ func (s *service) readyCheck(ctx context.Context) error {
 	if !s.consumer.Joined() {
 		return errors.New("not a consumer group member")
 	}
-	if err := s.idle.notReady(); err != nil {
+	if err := s.group.notReady(); err != nil {
 		return err
 	}
 	if s.handler.Stalled() {
@@ -69,7 +68,7 @@ func (s *service) startup(ctx context.Context) error {
 		// Kafka first: credentials it refuses end the process at once.
 		{"Kafka", s.checkKafka},
 		{"the database", func(ctx context.Context) error { return s.pool.Ping(ctx) }},
-		{"the schema", s.checkSchema},
+		{"the schema", s.guard.check},
 		// Before joining the group: a replica started during a pause
 		// fetches nothing.
 		{"the pause state", s.pause.Refresh},
@@ -126,23 +125,6 @@ func (s *service) waitFor(ctx context.Context, name string, check func(context.C
 		}
 		delay = min(2*delay, s.cfg.StartupBackoffMax)
 	}
-}
-
-// checkSchema fails while the database's schema is behind (or ahead of)
-// the migrations this binary embeds: the migration Job has not run yet, or
-// an older binary runs against a newer schema.
-func (s *service) checkSchema(ctx context.Context) error {
-	cur, latest, err := migrations.Versions(ctx, s.pool)
-	if err != nil {
-		return err
-	}
-	switch {
-	case cur < latest:
-		return fmt.Errorf("schema version %d, this build needs %d: run billing-consumer migrate", cur, latest)
-	case cur > latest:
-		return fmt.Errorf("schema version %d is newer than this build's %d: deploy the newer build", cur, latest)
-	}
-	return nil
 }
 
 // checkKafka connects once to the brokers, TLS and SASL included. A

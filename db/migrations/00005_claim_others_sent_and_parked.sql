@@ -1,4 +1,5 @@
 -- +goose Up
+-- lowest-compatible-binary: 5
 
 -- others_sent_at is the durable trace that a request for the claim has
 -- been sent by an attempt that did not create it (a redelivery of the
@@ -14,7 +15,9 @@
 --
 -- This changes the release rule: a binary built before it releases claims
 -- without looking at the column, so it must not run beside one built
--- after (see docs/operations.md, "Upgrades").
+-- after (see docs/operations.md, "Upgrade"): it declares itself the
+-- lowest compatible level, and binaries before 00004 do not check it, so this
+-- step is stop-then-start.
 ALTER TABLE charge ADD COLUMN others_sent_at timestamptz;
 
 -- A parked claim (SPEC §10): its event kept failing transiently for

@@ -1,4 +1,5 @@
 -- +goose Up
+-- lowest-compatible-binary: 5
 
 -- claim_audit records every decision an operator made on a ledger claim
 -- with `billing-consumer claim release|mark-charged` (internal/billing

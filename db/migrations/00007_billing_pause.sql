@@ -1,4 +1,5 @@
 -- +goose Up
+-- lowest-compatible-binary: 7
 
 -- billing_pause holds an operator's pause of a consumer group
 -- (`billing-consumer pause --reason TEXT`, ended by `resume`): while the

@@ -51,6 +51,32 @@ func TestUpConcurrentAndRepeated(t *testing.T) {
 	}
 }
 
+// CheckCompat reads schema version 0 on a database never migrated
+// (without creating anything), and the latest embedded version after Up.
+func TestSchemaVersion(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	pool := pgtest.Open(t, url)
+	ctx := context.Background()
+	files, _ := filepath.Glob("*.sql")
+	c, err := migrations.CheckCompat(ctx, pool, false)
+	cur, latest := c.Schema, c.Binary
+	if err != nil || cur != 0 || latest != int64(len(files)) {
+		t.Fatalf("before migrate: CheckCompat = %d, %d, %v; want 0, %d, nil", cur, latest, err, len(files))
+	}
+	var tables int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename = 'goose_db_version'`).Scan(&tables); err != nil || tables != 0 {
+		t.Fatalf("CheckCompat created the goose table (%d, %v)", tables, err)
+	}
+	if _, err := migrations.Up(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	c, err = migrations.CheckCompat(ctx, pool, false)
+	cur, latest = c.Schema, c.Binary
+	if err != nil || cur != latest || latest != int64(len(files)) {
+		t.Fatalf("after migrate: CheckCompat = %d, %d, %v; want %d, %d, nil", cur, latest, err, len(files), len(files))
+	}
+}
+
 // Versions reads 0 on a database never migrated (without creating
 // anything), and the latest embedded version after Up.
 func TestVersions(t *testing.T) {

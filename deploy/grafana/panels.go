@@ -11,7 +11,7 @@ const eventsMetric = m.EventsTotal
 // rows is the dashboard, top to bottom.
 var rows = []row{
 	{"Overview", []func() panel{totalLag, eventsPerSecond, deadLetteredInRange, replicasUp}},
-	{"Kafka", []func() panel{lagPerPartition, committedPerPartition, commitRatePerPartition, eventDuration}},
+	{"Kafka", []func() panel{lagPerPartition, committedPerPartition, commitRatePerPartition, eventDuration, unownedPartitions}},
 	{"Outcomes", []func() panel{eventsByResult, deadLetteredByReason, retriesByKind}},
 	{"Payment provider", []func() panel{paymentLatency, paymentByCode, paymentErrorRatio}},
 	{"Replicas", []func() panel{upPerReplica, partitionsOwned, operatorPause, buildsRunning}},
@@ -192,4 +192,15 @@ func operatorPause() panel {
 func parkedEvents() panel {
 	return panel{title: "Parked events (the completer owns their claim)", unit: "short",
 		queries: []query{{"parked", "max(" + sel(m.ParkedEventsCount) + ")"}}}
+}
+
+// unownedPartitions is the partitions no member of the group is assigned,
+// by the brokers' view, and their lag: records nobody consumes (all of
+// them for a moment while the group rebalances; the lowest reading across
+// replicas, as the BillingConsumerPartitionsUnowned alert reads it).
+func unownedPartitions() panel {
+	return panel{title: "Partitions no member owns (brokers' view)", unit: "short", queries: []query{
+		{"unowned partitions of {{topic}}", "min by (topic, group) (" + sel(m.KafkaPartitionsUnowned) + ")"},
+		{"their lag, {{topic}}", "min by (topic, group) (" + sel(m.KafkaPartitionsUnownedLag) + ")"},
+	}}
 }

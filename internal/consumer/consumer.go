@@ -78,6 +78,11 @@ type Config struct {
 	RebalanceTimeout  time.Duration // zero: kafka-go's default (30s)
 	HeartbeatInterval time.Duration // zero: kafka-go's default (3s)
 	MaxBytes          int           // largest fetch; zero: 10 MiB
+	// PartitionWatchInterval is how often the topic's partition count is
+	// re-read: partitions added while the consumer runs are rebalanced
+	// onto the group within about this interval plus one rebalance (see
+	// kafkagroup.GroupConfig.WatchPartitions). Zero: 5s; negative: off.
+	PartitionWatchInterval time.Duration
 
 	Logger *slog.Logger
 	// Gate, when set, pauses fetching: it returns a channel that is closed
@@ -102,7 +107,10 @@ type Consumer struct {
 	cfg    Config
 	handle Handler
 	gen    atomic.Pointer[Generation] // nil between generations
-	jobs   chan job                   // to the idle workers; see startWorkers
+	// endGen ends the current generation's partitions (see Rejoin); nil
+	// between generations.
+	endGen atomic.Pointer[context.CancelFunc]
+	jobs   chan job // to the idle workers; see startWorkers
 }
 
 // New validates cfg and returns a Consumer that calls handle for each
@@ -136,6 +144,9 @@ func New(cfg Config, handle Handler) (*Consumer, error) {
 	if cfg.PartitionWindow <= 0 {
 		cfg.PartitionWindow = 1024
 	}
+	if cfg.PartitionWatchInterval == 0 {
+		cfg.PartitionWatchInterval = 5 * time.Second
+	}
 	session, rebalance := cfg.SessionTimeout, cfg.RebalanceTimeout
 	if session == 0 {
 		session = 30 * time.Second // kafka-go's default
@@ -161,6 +172,20 @@ func New(cfg Config, handle Handler) (*Consumer, error) {
 // Joined reports whether the consumer is currently a member of a group
 // generation (for /readyz).
 func (c *Consumer) Joined() bool { return c.gen.Load() != nil }
+
+// Rejoin ends the current generation as a rebalance would (each partition
+// drains and commits), and kafka-go joins the group again under the same
+// member id. When this member leads the group, its JoinGroup makes the
+// coordinator rebalance, and the leader assigns every partition the topic
+// has now; a follower's JoinGroup in a stable group only gets its
+// assignment back. It is the way out of a stable group that leaves
+// partitions to nobody (see kafkagroup.GroupConfig.WatchPartitions); a
+// no-op between generations. Safe for concurrent use.
+func (c *Consumer) Rejoin() {
+	if end := c.endGen.Load(); end != nil {
+		(*end)()
+	}
+}
 
 // Generation is the group generation a consumer is a member of.
 type Generation struct {
@@ -189,7 +214,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	group, err := kafkagroup.Join(kafkagroup.GroupConfig{
 		ID: c.cfg.GroupID, Brokers: c.cfg.Brokers, Topic: c.cfg.Topic, Dialer: c.cfg.Dialer,
 		SessionTimeout: c.cfg.SessionTimeout, RebalanceTimeout: c.cfg.RebalanceTimeout,
-		HeartbeatInterval: c.cfg.HeartbeatInterval, Logger: c.cfg.Logger,
+		HeartbeatInterval: c.cfg.HeartbeatInterval, WatchPartitions: c.cfg.PartitionWatchInterval,
+		Logger: c.cfg.Logger,
 	})
 	if err != nil {
 		return fmt.Errorf("consumer group: %w", err)
@@ -266,6 +292,8 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
 		stop, cancel := context.WithCancel(ctx)
 		defer cancel()
 		context.AfterFunc(genCtx, cancel)
+		c.endGen.Store(&cancel)
+		defer c.endGen.Store(nil)
 		cm := newCommitter(c.commitGeneration(gen), c.cfg.OnCommit, c.cfg.Logger.With("group", c.cfg.GroupID))
 		drained := make(chan struct{})
 		go func() {

@@ -32,6 +32,19 @@ type GroupConfig struct {
 	// rebalance); docs/operations.md compares this with Apache Kafka and
 	// kfake.
 	SessionTimeout, RebalanceTimeout, HeartbeatInterval time.Duration
+	// WatchPartitions, when positive, is how often every member re-reads
+	// the topic's partition count (kafka-go's partition watcher, off by
+	// default): a change ends the member's generation, and the rejoin of
+	// the group's leader makes the coordinator rebalance, so that
+	// partitions added to the topic are assigned without a restart. A
+	// partition that the group never committed starts at its earliest
+	// record (see Join), so nothing produced to a new partition before
+	// its assignment is skipped. Zero: off (kafka-go re-reads the count
+	// only at the next rebalance). The watcher takes its baseline when a
+	// generation starts, after the leader read the metadata: partitions
+	// added in between go unnoticed until the next rebalance (the
+	// service's group watcher rejoins then; see consumer.Rejoin).
+	WatchPartitions time.Duration
 	// Logger receives kafka-go's group errors, as warnings.
 	Logger *slog.Logger
 }
@@ -50,6 +63,9 @@ func Join(cfg GroupConfig) (*kafka.ConsumerGroup, error) {
 		RebalanceTimeout:  cfg.RebalanceTimeout,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		JoinGroupBackoff:  500 * time.Millisecond,
+
+		WatchPartitionChanges:  cfg.WatchPartitions > 0,
+		PartitionWatchInterval: max(cfg.WatchPartitions, 0), // kafka-go rejects a negative one
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
 			cfg.Logger.Warn("kafka group: " + fmt.Sprintf(msg, args...))
 		}),

@@ -40,6 +40,13 @@ type Metrics struct {
 	// answered; 0 until the first. Lag older than a few intervals is
 	// removed (see Lag), so it is never mistaken for real lag.
 	LagLastSuccess prometheus.Gauge
+	// PartitionsUnowned is the number of partitions of the topic that no
+	// member of the group is assigned, by the brokers' view (DescribeGroups;
+	// every partition while the group rebalances), by topic and group.
+	// PartitionsUnownedLag is the sum of those partitions' lag: records
+	// that nobody consumes. Every replica reports the same reading.
+	PartitionsUnowned    *prometheus.GaugeVec
+	PartitionsUnownedLag *prometheus.GaugeVec
 	// EventAge is the time from a record's timestamp (when it was
 	// produced) to the commit of its offset.
 	EventAge prometheus.Histogram
@@ -107,6 +114,12 @@ func New(reg prometheus.Registerer, version, commit string) *Metrics {
 		LagLastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: KafkaLagLastSuccess, Help: "Unix time of the last consumer-lag query the brokers answered; 0 before the first.",
 		}),
+		PartitionsUnowned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: KafkaPartitionsUnowned, Help: "Partitions of the topic that no member of the group is assigned, by the brokers' view (all of them while the group rebalances).",
+		}, []string{"topic", "group"}),
+		PartitionsUnownedLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: KafkaPartitionsUnownedLag, Help: "Sum of the lag of the partitions that no member of the group is assigned: records nobody consumes.",
+		}, []string{"topic", "group"}),
 		EventAge: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: EventAgeSeconds, Help: "Time from a record's timestamp to the commit of its offset.",
 			Buckets: []float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 6 * 3600, 24 * 3600},
@@ -169,6 +182,7 @@ func New(reg prometheus.Registerer, version, commit string) *Metrics {
 	m.BuildInfo.WithLabelValues(version, commit, runtime.Version()).Set(1)
 	reg.MustRegister(m.Events, m.DLQ, m.EventDuration, m.PaymentRequests, m.PaymentDuration,
 		m.ConsumerLag, m.CommittedOffset, m.LogEndOffset, m.LagLastSuccess, m.EventAge,
+		m.PartitionsUnowned, m.PartitionsUnownedLag,
 		m.DedupPartitions, m.DedupBypassed, m.Retries, m.BatchSize,
 		m.LedgerClaims, m.LedgerOldestPending, m.ParkedEvents, m.DLQRecords, m.DLQOldestAge, m.DLQRetention, m.BuildInfo)
 	return m

@@ -31,4 +31,8 @@ const (
 	Paused                 = "billing_paused"
 	PausedSeconds          = "billing_paused_seconds"
 	KafkaPartitionOwned    = "billing_kafka_partition_owned"
+	// KafkaPartitionsUnowned and KafkaPartitionsUnownedLag are the brokers'
+	// view of the partitions no member of the group is assigned.
+	KafkaPartitionsUnowned    = "billing_kafka_partitions_unowned"
+	KafkaPartitionsUnownedLag = "billing_kafka_partitions_unowned_lag"
 )

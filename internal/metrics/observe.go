@@ -85,6 +85,19 @@ func (m *Metrics) Lag(topic, group string, staleAfter time.Duration, now func() 
 	}
 }
 
+// Unowned returns the report function of the group's assignment reading
+// for topic and group: the partitions no member is assigned and the sum of
+// their lag. Both series exist, at 0, from the call on: call it before the
+// first scrape.
+func (m *Metrics) Unowned(topic, group string) func(unowned int, lag int64) {
+	n := m.PartitionsUnowned.WithLabelValues(topic, group)
+	l := m.PartitionsUnownedLag.WithLabelValues(topic, group)
+	return func(unowned int, lag int64) {
+		n.Set(float64(unowned))
+		l.Set(float64(lag))
+	}
+}
+
 // DLQBacklog records the dead-letter records not yet replayed, the age of
 // the oldest (zero time: none) and the topic's retention (0: unknown or
 // unlimited).

@@ -137,3 +137,22 @@ func histogram(t *testing.T, reg *prometheus.Registry, name string) (uint64, flo
 	t.Fatalf("no %s", name)
 	return 0, 0
 }
+
+// TestUnowned: both unowned-partition series exist at 0 as soon as the
+// service has asked for its report function (before the first scrape),
+// and carry each reading.
+func TestUnowned(t *testing.T) {
+	m := New(prometheus.NewRegistry(), "dev", "unknown")
+	report := m.Unowned("orders", "billing")
+	n, l := m.PartitionsUnowned.WithLabelValues("orders", "billing"), m.PartitionsUnownedLag.WithLabelValues("orders", "billing")
+	if c := testutil.CollectAndCount(m.PartitionsUnowned) + testutil.CollectAndCount(m.PartitionsUnownedLag); c != 2 {
+		t.Fatalf("%d unowned series before the first reading, want 2", c)
+	}
+	if testutil.ToFloat64(n) != 0 || testutil.ToFloat64(l) != 0 {
+		t.Fatal("unowned series do not start at 0")
+	}
+	report(6, 900)
+	if testutil.ToFloat64(n) != 6 || testutil.ToFloat64(l) != 900 {
+		t.Errorf("after report(6, 900): %v, %v", testutil.ToFloat64(n), testutil.ToFloat64(l))
+	}
+}
