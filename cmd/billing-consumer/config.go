@@ -68,7 +68,7 @@ type config struct {
 	// Retry budget and outage detection by time (validated in validatePayment).
 	RetryBudget time.Duration `split_words:"true" default:"30m" desc:"how long the provider must have failed an event, while others succeed (time paused in an outage or waiting for another event's claim not counted), before it is dead-lettered as exhausted; 0: BILLING_MAX_ATTEMPTS alone decides. Must exceed BILLING_OUTAGE_AFTER"`
 	OutageAfter time.Duration `split_words:"true" default:"30s" desc:"how long transient failures may go on with no success at all before they mean the provider or database is down (however few events fail, e.g. at low traffic): the service then pauses instead of dead-lettering; 0 disables"`
-	ParkAfter   time.Duration `split_words:"true" default:"30s" desc:"an event failing transiently this long while the provider succeeds for others is parked: its record is committed and the completer re-sends its claim's request (same key, same body) on a backoff from 1s, so one order's trouble does not hold its partition; above BILLING_PAYMENT_TIMEOUT and below BILLING_RETRY_BUDGET; 0: never park"`
+	ParkAfter   time.Duration `split_words:"true" default:"30s" desc:"an event failing transiently this long while the provider succeeds for others is parked: its record is committed and the completer re-sends its claim's request (same key, same body) on a backoff from 1s, so one order's trouble does not hold its partition; above BILLING_PAYMENT_TIMEOUT, at least BILLING_OUTAGE_AFTER and below BILLING_RETRY_BUDGET; 0: never park"`
 
 	HTTPAddr string `split_words:"true" default:":9090" desc:"listen address of /metrics, /healthz and /readyz"`
 

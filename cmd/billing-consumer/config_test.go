@@ -52,7 +52,7 @@ func TestValidConfigs(t *testing.T) {
 		{"attempts alone decide", map[string]string{"BILLING_RETRY_BUDGET": "0s"}},
 		{"no outage detection by time", map[string]string{"BILLING_OUTAGE_AFTER": "0s", "BILLING_RETRY_BUDGET": "10s", "BILLING_PARK_AFTER": "0s"}},
 		{"parking off", map[string]string{"BILLING_PARK_AFTER": "0s"}},
-		{"parking soon", map[string]string{"BILLING_PARK_AFTER": "11s"}},
+		{"parking soon", map[string]string{"BILLING_PARK_AFTER": "11s", "BILLING_OUTAGE_AFTER": "11s"}},
 		{"short timeouts", map[string]string{"BILLING_KAFKA_SESSION_TIMEOUT": "6s", "BILLING_KAFKA_REBALANCE_TIMEOUT": "10s",
 			"BILLING_DRAIN_TIMEOUT": "2s", "BILLING_SHUTDOWN_TIMEOUT": "5s"}},
 	}
@@ -130,10 +130,11 @@ func TestConfigErrors(t *testing.T) {
 		{"retry budget negative", map[string]string{"BILLING_RETRY_BUDGET": "-1m"}, "BILLING_RETRY_BUDGET"},
 		{"retry budget above a day", map[string]string{"BILLING_RETRY_BUDGET": "25h"}, "BILLING_RETRY_BUDGET"},
 		{"retry budget not a duration", map[string]string{"BILLING_RETRY_BUDGET": "30"}, "BILLING_RETRY_BUDGET"},
-		{"retry budget not above outage time", map[string]string{"BILLING_RETRY_BUDGET": "1m", "BILLING_OUTAGE_AFTER": "1m"}, "BILLING_RETRY_BUDGET"},
+		{"retry budget not above outage time", map[string]string{"BILLING_RETRY_BUDGET": "1m", "BILLING_OUTAGE_AFTER": "1m", "BILLING_PARK_AFTER": "0s"}, "BILLING_RETRY_BUDGET"},
 		{"park after not above the payment timeout", map[string]string{"BILLING_PARK_AFTER": "10s"}, "BILLING_PARK_AFTER"},
 		{"park after not below the retry budget", map[string]string{"BILLING_PARK_AFTER": "30m"}, "BILLING_PARK_AFTER"},
 		{"park after negative", map[string]string{"BILLING_PARK_AFTER": "-1s"}, "BILLING_PARK_AFTER"},
+		{"park after below the outage time", map[string]string{"BILLING_PARK_AFTER": "15s", "BILLING_OUTAGE_AFTER": "1m"}, "BILLING_PARK_AFTER"},
 		{"outage time negative", map[string]string{"BILLING_OUTAGE_AFTER": "-1s"}, "BILLING_OUTAGE_AFTER"},
 		{"outage time above an hour", map[string]string{"BILLING_OUTAGE_AFTER": "2h", "BILLING_RETRY_BUDGET": "3h"}, "BILLING_OUTAGE_AFTER"},
 

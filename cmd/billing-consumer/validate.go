@@ -187,9 +187,12 @@ func (c config) validatePayment(v problem) {
 	if c.OutageAfter < 0 || c.OutageAfter > time.Hour {
 		v("OUTAGE_AFTER", "must be between 0s and 1h, got %s", c.OutageAfter)
 	}
-	if c.ParkAfter != 0 && (c.ParkAfter <= c.PaymentTimeout || c.RetryBudget > 0 && c.ParkAfter >= c.RetryBudget) {
-		v("PARK_AFTER", "must be 0 (never park) or above BILLING_PAYMENT_TIMEOUT (%s) and below BILLING_RETRY_BUDGET (%s), got %s",
-			c.PaymentTimeout, c.RetryBudget, c.ParkAfter)
+	// Parking must wait out the outage detection by time, or an event
+	// failing alone at low traffic (an outage) is parked before the outage
+	// is seen; and it must come before the budget ends.
+	if c.ParkAfter != 0 && (c.ParkAfter <= c.PaymentTimeout || c.ParkAfter < c.OutageAfter || c.RetryBudget > 0 && c.ParkAfter >= c.RetryBudget) {
+		v("PARK_AFTER", "must be 0 (never park), or above BILLING_PAYMENT_TIMEOUT (%s), at least BILLING_OUTAGE_AFTER (%s) and below BILLING_RETRY_BUDGET (%s), got %s",
+			c.PaymentTimeout, c.OutageAfter, c.RetryBudget, c.ParkAfter)
 	}
 	if c.RetryBudget > 0 && c.OutageAfter > 0 && c.RetryBudget <= c.OutageAfter {
 		v("RETRY_BUDGET", "must exceed BILLING_OUTAGE_AFTER (%s), or an event failing alone is exhausted before the outage is seen, got %s",

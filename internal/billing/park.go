@@ -23,20 +23,25 @@ import (
 // firstParkedSend is how soon after parking the completer first re-sends.
 const firstParkedSend = time.Second
 
-// parkSQL parks a pending claim of the event given. The times are the
-// database's.
-const parkSQL = `UPDATE charge SET parked_at = coalesce(parked_at, now()), next_send_at = now() + $3 * interval '1 millisecond'
-WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
+// parkSQL parks a pending claim of the event given, with its body. The
+// parking attempt need not be the claim's creator, and from now on the
+// completer sends the claim's request: so it also records others_sent_at,
+// and no creator still running elsewhere (the old owner of a rebalanced
+// partition) can release a parked claim. The times are the database's.
+const parkSQL = `UPDATE charge SET parked_at = coalesce(parked_at, now()), next_send_at = now() + $5 * interval '1 millisecond',
+others_sent_at = coalesce(others_sent_at, now())
+WHERE order_id = $1 AND event_id = $2 AND customer_id = $3 AND amount = $4::numeric AND status = 'pending'`
 
 // Park hands ev's pending claim to the completer. It returns true when ev
-// had a pending claim, now parked: the caller may then commit ev's record.
-// False means ev has no pending claim (its claim never committed, or was
-// settled meanwhile): the caller goes on as before, and its next attempt
-// decides from the ledger. The error means that nothing changed.
+// had a pending claim with its body, now parked: the caller may then
+// commit ev's record. False means ev has no such claim (its claim never
+// committed, was settled meanwhile, or carries another body: a conflict
+// the next attempt finds): the caller goes on as before, and its next
+// attempt decides from the ledger. The error means that nothing changed.
 func (s *Service) Park(ctx context.Context, ev events.OrderConfirmed) (bool, error) {
 	pctx, cancel := s.live(ctx)
 	defer cancel()
-	tag, err := s.db.Exec(pctx, parkSQL, ev.OrderID, [16]byte(ev.EventID), firstParkedSend.Milliseconds())
+	tag, err := s.db.Exec(pctx, parkSQL, ev.OrderID, [16]byte(ev.EventID), ev.CustomerID, ev.TotalAmount.String(), firstParkedSend.Milliseconds())
 	if err != nil {
 		return false, classifyDB(fmt.Errorf("park the claim of order %d: %w", ev.OrderID, err))
 	}

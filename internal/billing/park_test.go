@@ -2,11 +2,16 @@ package billing_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
+	"github.com/billing-consumer/billing-consumer/internal/events"
+	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/paysim"
 )
 
@@ -102,4 +107,158 @@ func TestCrashAroundThePark(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Park matches the claim's body too: an event with the claim's event_id
+// and order but another amount is a conflict (SPEC §6), not the claim's
+// event, and must never be parked (its record committed) in its place.
+// (The second adversarial review found Park matched only the ids.)
+func TestParkMatchesTheClaimsBody(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	ctx := context.Background()
+	ev := event(9901, 2500)
+	e.pendingClaim(t, ev, paysim.Faults{ErrorRate: 1})
+	other := ev
+	other.TotalAmount = 9999
+	if _, err := e.svc.Process(ctx, other); !fault.Is(err, fault.Conflict) {
+		t.Fatalf("Process of the other body = %v; want Conflict (the claim is not its own)", err)
+	}
+	ok, err := e.svc.Park(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok {
+		t.Errorf("Park(event with the claim's event_id but amount %s, claim's %s) = true: its record would be committed as parked instead of dead-lettered as conflict",
+			other.TotalAmount, ev.TotalAmount)
+	}
+}
+
+// A delivery that parks is not necessarily the claim's creator, and from
+// then on the completer sends: Park records others_sent_at, so that the
+// creator, still running elsewhere (the old owner of a rebalanced
+// partition) and refused by a gateway's 404, cannot release the parked
+// claim and lose the event whose record was committed. (Found by the
+// second adversarial review, where the creator released it.)
+func TestNoReleaseOfAParkedClaim(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	ctx := context.Background()
+	gw := gatewayNotFound(t).ForBilling()
+	ev := event(9903, 1000)
+	in := newInjector()
+	in.failAt, in.mode = 1, connLost // op 0 the claim, op 1 BEGIN
+	var viaGateway bool
+	a1 := newService(t, faultDB{e.pool, in}, chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
+		if viaGateway {
+			return gw.Charge(ctx, ch)
+		}
+		return e.charger.Charge(ctx, ch)
+	}))
+	attempt := billing.WithAttempt(ctx)
+	if _, err := a1.Process(attempt, ev); err == nil {
+		t.Fatalf("A1: no error; want the lost BEGIN (ops %q)", in.trace())
+	}
+	if ok, err := e.svc.Park(ctx, ev); err != nil || !ok { // the other delivery parks; its record is committed
+		t.Fatalf("Park = %v, %v", ok, err)
+	}
+	viaGateway = true
+	_, err := a1.Process(attempt, ev)
+	t.Logf("A1's retry through the gateway: %v", err)
+	if st := e.status(t, ev.OrderID); st == "" {
+		t.Errorf("the creator released a parked claim (its parking delivery's record already committed): the event is decided only if the creator's own delivery still dead-letters it")
+	}
+}
+
+// Parking raced with the completer's parked passes, a redelivery of the
+// event and a distinct event for the order, while the provider answers
+// 5xx, 409 or is slow: each order is charged once, nothing deadlocks, and
+// the distinct event ends duplicate_order. (The second adversarial
+// review's, which held.)
+func TestParkRacingTheCompleterAndARedelivery(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	ctx := context.Background()
+	const n = 12
+	evs := make([]events.OrderConfirmed, n)
+	for i := range evs {
+		evs[i] = event(int64(9950+i), 1000)
+		e.pendingClaim(t, evs[i], paysim.Faults{ErrorRate: 1})
+	}
+	e.sim.SetFaults(paysim.Faults{ErrorRate: 0.3, ConflictRate: 0.2, Latency: 20 * time.Millisecond, LatencyJitter: 40 * time.Millisecond})
+	c := e.completer(t, e.charger, 0)
+	c.ParkedBackoffMax = 50 * time.Millisecond
+	bt := billing.NewBatcher(e.svc, billing.BatcherConfig{MaxBatch: 4, MaxInFlight: 2})
+	defer bt.Close()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	report := func(err error) {
+		if err != nil && (errors.Is(err, context.DeadlineExceeded) || containsAny(err.Error(), "deadlock", "40P01")) {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	}
+	for _, ev := range evs {
+		wg.Go(func() {
+			_, err := e.svc.Park(ctx, ev)
+			report(err)
+		})
+		wg.Go(func() {
+			for range 5 {
+				_, err := bt.Process(billing.WithAttempt(ctx), ev)
+				report(err)
+			}
+		})
+		wg.Go(func() {
+			for range 3 {
+				_, err := e.svc.Process(ctx, event(ev.OrderID, 1000))
+				report(err)
+			}
+		})
+	}
+	stop := make(chan struct{})
+	var cw sync.WaitGroup
+	cw.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, err := c.RunOnce(ctx, billing.PassOptions{ParkedOnly: true})
+			report(err)
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	wg.Wait()
+	close(stop)
+	cw.Wait()
+	if len(errs) > 0 {
+		t.Errorf("deadlocks or timeouts: %v", errs)
+	}
+	e.sim.SetFaults(paysim.Faults{})
+	e.completePass(t, 2*time.Minute)
+	for _, ev := range evs {
+		if res, err := settle(ctx, t, e.svc, ev); err != nil || (res.Outcome != billing.Duplicate && res.Outcome != billing.Charged) {
+			t.Errorf("order %d redelivery: %+v, %v", ev.OrderID, res, err)
+		}
+		if res, err := settle(ctx, t, e.svc, event(ev.OrderID, 1000)); err != nil || res.Outcome != billing.DuplicateOrder {
+			t.Errorf("order %d distinct event: %+v, %v", ev.OrderID, res, err)
+		}
+		if got := e.sim.ChargesFor(ev.OrderID); got != 1 {
+			t.Errorf("order %d: %d charges", ev.OrderID, got)
+		}
+		if st := e.status(t, ev.OrderID); st != "charged" {
+			t.Errorf("order %d: %s", ev.OrderID, st)
+		}
+	}
+}
+
+// containsAny reports whether s contains any of subs.
+func containsAny(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }
