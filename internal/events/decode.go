@@ -126,6 +126,11 @@ func occurredAt(rec *record, horizon time.Time) (time.Time, *ValidationError) {
 	if err != nil || !rfc3339Shape(s) {
 		return time.Time{}, &ValidationError{field, "not an RFC 3339 timestamp with offset"}
 	}
+	if t.UTC().Year() < 0 {
+		// "0000-01-01T00:00:00+01:00" is year -1 in UTC, which RFC 3339
+		// cannot write: the event could not be re-encoded canonically.
+		return time.Time{}, &ValidationError{field, "before year 0000 in UTC"}
+	}
 	if t.After(horizon) {
 		return time.Time{}, &ValidationError{field, "more than 24h ahead of the consumer's clock"}
 	}

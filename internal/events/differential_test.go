@@ -61,6 +61,7 @@ var trickyRecords = func() []string {
 		`{` + id + `,"event_type":"order\u002econfirmed.v1",` + at + "," + ids + `,"total_amount":"\u0039\u0039.90"}`,
 		`{` + id + `,"event_type":"order.confirmed.v1\u0000",` + at + "," + ids + "," + total + "}",
 		`{` + id + "," + typ + `,"occurred_at":"2026-11-29T12:00:00\u005a",` + ids + "," + total + "}",
+		`{` + id + "," + typ + `,"occurred_at":"0000-01-01T00:00:00+01:00",` + ids + "," + total + "}", // year -1 in UTC
 		`{` + id + "," + typ + "," + at + `,"order_id":-0,"customer_id":1e2,` + total + "}",
 		`{` + id + "," + typ + "," + at + `,"order_id":"1001","customer_id":42,` + total + "}",
 		`{` + id + "," + typ + "," + at + `,"order_id":1001.0,"customer_id":9223372036854775807,` + total + "}",

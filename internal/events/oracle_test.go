@@ -98,6 +98,11 @@ func oracleOccurredAt(m map[string]json.Token, horizon time.Time) (time.Time, *V
 	if err != nil || !rfc3339Shape(s) {
 		return time.Time{}, &ValidationError{field, "not an RFC 3339 timestamp with offset"}
 	}
+	// A rule added to both decoders after the fuzzer found year -1 in UTC
+	// (testdata/fuzz/FuzzDecode/bbe1075727b91079).
+	if t.UTC().Year() < 0 {
+		return time.Time{}, &ValidationError{field, "before year 0000 in UTC"}
+	}
 	if t.After(horizon) {
 		return time.Time{}, &ValidationError{field, "more than 24h ahead of the consumer's clock"}
 	}
