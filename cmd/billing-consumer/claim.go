@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/user"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 )
@@ -82,16 +84,14 @@ func claimCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	cfg, err := configFor(need{})
-	if err != nil {
-		return err
-	}
-	logger := newLogger(cfg, stderr)
-	pool, err := openPool(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	return onDB(ctx, stderr, func(ctx context.Context, _ config, pool *pgxpool.Pool, logger *slog.Logger) error {
+		return claimOn(ctx, pool, logger, stdout, sub, action, req)
+	})
+}
+
+// claimOn carries out req on the ledger and prints the claim with its
+// audit trail.
+func claimOn(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, stdout io.Writer, sub string, action billing.OperatorAction, req billing.OperatorRequest) error {
 	if sub != "show" {
 		before, err := billing.ApplyOperator(ctx, pool, logger, req)
 		if err != nil {

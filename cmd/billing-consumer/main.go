@@ -136,6 +136,12 @@ func withDB(ctx context.Context, args []string, name string, stdout, stderr io.W
 	if err := noFlags(name, args, stdout); err != nil {
 		return err
 	}
+	return onDB(ctx, stderr, fn)
+}
+
+// onDB reads the configuration of a command that needs only the database,
+// opens the pool and runs fn with it (claim, pause, resume, and withDB's).
+func onDB(ctx context.Context, stderr io.Writer, fn func(context.Context, config, *pgxpool.Pool, *slog.Logger) error) error {
 	cfg, err := configFor(need{})
 	if err != nil {
 		return err

@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/internal/metrics"
 	"github.com/billing-consumer/billing-consumer/internal/pause"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // pauseInterval is how often each replica reads the pause state: a pause
@@ -54,19 +56,16 @@ func pauseCommand(ctx context.Context, command string, args []string, stdout, st
 		who = osUser()
 	}
 	host, _ := os.Hostname()
-	cfg, err := configFor(need{})
-	if err != nil {
-		return err
-	}
-	logger := newLogger(cfg, stderr)
-	pool, err := openPool(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	group := cfg.KafkaGroupID
+	return onDB(ctx, stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
+		return pauseOn(ctx, pool, logger, stdout, command, cfg.KafkaGroupID, strings.TrimSpace(*reason), who, host)
+	})
+}
+
+// pauseOn writes (pause) or deletes (resume) group's row of billing_pause
+// and says what it did.
+func pauseOn(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, stdout io.Writer, command, group, reason, who, host string) error {
 	if command == "pause" {
-		s, err := pause.Set(ctx, pool, group, strings.TrimSpace(*reason), who, host)
+		s, err := pause.Set(ctx, pool, group, reason, who, host)
 		if err != nil {
 			return schemaHint(err)
 		}
