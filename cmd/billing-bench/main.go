@@ -115,6 +115,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	b := &bench{o: o, pool: pool, log: logf, out: stdout, firstOrder: time.Now().UnixMilli() * 1000, svc: findServices(o)}
+	if o.baseline != "" && o.profileDir == "" {
+		var closeBase func()
+		if b.baseURL, b.basePool, closeBase, err = openBaselineDB(ctx, o, pool, o.baseline, logf); err != nil {
+			return err
+		}
+		defer closeBase()
+	}
 	if o.profileDir != "" {
 		if b.prof, err = newProfiler(o.profileDir, o.profileSeconds); err != nil {
 			return err

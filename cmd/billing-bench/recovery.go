@@ -70,7 +70,7 @@ func (b *bench) recoveryScenario(ctx context.Context, baseline bool) (recovery, 
 	}
 	rec.Settings = d.Group
 	def := modes[len(modes)-1]
-	p, err := b.newPhase(ctx, def, 0, "recovery", int(b.o.recoveryRate*recoveryOrdersFor.Seconds()))
+	p, err := b.newPhase(ctx, def, 0, "recovery", int(b.o.recoveryRate*recoveryOrdersFor.Seconds()), baseline)
 	if err != nil {
 		return rec, err
 	}

@@ -28,8 +28,12 @@ const (
 
 // bench holds what the runs share.
 type bench struct {
-	o          options
-	pool       *pgxpool.Pool
+	o    options
+	pool *pgxpool.Pool
+	// baseURL and basePool are the baseline binary's own database
+	// (baselinedb.go); empty without -baseline.
+	baseURL    string
+	basePool   *pgxpool.Pool
 	log        io.Writer
 	out        io.Writer
 	firstOrder int64 // next free order id; fresh per invocation (from the clock)
@@ -109,16 +113,21 @@ type phase struct {
 	sim          *paysim.Sim
 	srv          *http.Server
 	env          []string
+	db           *pgxpool.Pool // the database the phase's binary bills into
 }
 
 // newPhase creates the phase's topic and starts its simulator; the phase
 // gets a fresh range of at least records order ids.
-func (b *bench) newPhase(ctx context.Context, m mode, latency time.Duration, kind string, records int) (*phase, error) {
+func (b *bench) newPhase(ctx context.Context, m mode, latency time.Duration, kind string, records int, baseline bool) (*phase, error) {
 	name := kafkatest.UniqueName(fmt.Sprintf("bench-%s-%dms-%s", m.name, latency.Milliseconds(), kind))
 	if err := kafkatest.CreateTopicErr(ctx, b.o.brokers, name, partitions); err != nil {
 		return nil, fmt.Errorf("create topic %s: %w", name, err)
 	}
-	p := &phase{topic: name, group: name, firstOrder: b.firstOrder, orders: int64(max(ordersPerPhase, records))}
+	dbURL, db := b.o.dbURL, b.pool
+	if baseline {
+		dbURL, db = b.baseURL, b.basePool
+	}
+	p := &phase{topic: name, group: name, firstOrder: b.firstOrder, orders: int64(max(ordersPerPhase, records)), db: db}
 	b.firstOrder += p.orders
 	p.sim = paysim.New(paysim.Config{Seed: uint64(p.firstOrder), Faults: paysim.Faults{Latency: latency}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -132,7 +141,7 @@ func (b *bench) newPhase(ctx context.Context, m mode, latency time.Duration, kin
 		"BILLING_KAFKA_TOPIC=" + p.topic,
 		"BILLING_KAFKA_GROUP_ID=" + p.group,
 		"BILLING_KAFKA_DLQ_TOPIC=" + dlqTopic,
-		"BILLING_DATABASE_URL=" + b.o.dbURL,
+		"BILLING_DATABASE_URL=" + dbURL,
 		"BILLING_PAYMENT_URL=http://" + ln.Addr().String(),
 		"BILLING_KAFKA_LAG_INTERVAL=1s",
 	}, append(m.env, b.prof.env()...)...)
@@ -209,7 +218,7 @@ func medianRun(runs []result) result {
 // events/s, CPU, allocations and peak RSS until the backlog is drained
 // (default mode) or the time box ends (sequential mode).
 func (b *bench) backlogPhase(ctx context.Context, m mode, latency time.Duration, r *result) error {
-	p, err := b.newPhase(ctx, m, latency, "backlog", r.Backlog)
+	p, err := b.newPhase(ctx, m, latency, "backlog", r.Backlog, r.Baseline)
 	if err != nil {
 		return err
 	}
@@ -397,7 +406,7 @@ func (b *bench) watchBacklog(ctx context.Context, m mode, p *phase, proc *consum
 // r.SteadyRecords records at r.SteadyRate once it has joined its group,
 // and measures the produce-to-commit latency of each.
 func (b *bench) steadyPhase(ctx context.Context, m mode, latency time.Duration, r *result) error {
-	p, err := b.newPhase(ctx, m, latency, "steady", r.SteadyRecords)
+	p, err := b.newPhase(ctx, m, latency, "steady", r.SteadyRecords, r.Baseline)
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func (b *bench) verify(ctx context.Context, p *phase, r *result, drain bool) err
 		fail("%d committed orders not charged exactly once", notOnce)
 	}
 	var ledger int
-	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM charge WHERE order_id >= $1 AND order_id < $2 AND provider_charge_id IS NOT NULL",
+	if err := p.db.QueryRow(ctx, "SELECT count(*) FROM charge WHERE order_id >= $1 AND order_id < $2 AND provider_charge_id IS NOT NULL",
 		p.firstOrder, p.firstOrder+p.orders).Scan(&ledger); err != nil {
 		return fmt.Errorf("count ledger rows: %w", err)
 	}
@@ -59,7 +59,7 @@ func (b *bench) verify(ctx context.Context, p *phase, r *result, drain bool) err
 		fail("%d ledger rows for %d provider charges", ledger, p.sim.ChargesTaken())
 	}
 	var pending int
-	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM charge WHERE order_id >= $1 AND order_id < $2 AND status <> 'charged'",
+	if err := p.db.QueryRow(ctx, "SELECT count(*) FROM charge WHERE order_id >= $1 AND order_id < $2 AND status <> 'charged'",
 		p.firstOrder, p.firstOrder+p.orders).Scan(&pending); err != nil {
 		return fmt.Errorf("count unsettled ledger claims: %w", err)
 	}
