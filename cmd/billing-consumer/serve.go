@@ -68,12 +68,7 @@ func (s *service) loops() []loop {
 		{"group assignment", func(ctx context.Context) { s.group.run(ctx, cfg.KafkaLagInterval) }},
 		{"schema guard", func(ctx context.Context) { s.guard.run(ctx, migrations.HeartbeatInterval, s.logger.Warn) }},
 		{"ledger completer", func(ctx context.Context) {
-			completer(cfg, s.pool, s.payer.ForBilling(), s.logger).Run(ctx, cfg.CompleterInterval, func(u billing.Unsettled) {
-				s.m.LedgerClaims.WithLabelValues("pending").Set(float64(u.Pending))
-				s.m.LedgerClaims.WithLabelValues("blocked").Set(float64(u.Blocked))
-				s.m.LedgerOldestPending.Set(u.OldestPending.Seconds())
-				s.m.ParkedEvents.Set(float64(u.Parked))
-			})
+			completer(cfg, s.pool, s.payer.ForBilling(), s.logger).Run(ctx, cfg.CompleterInterval, s.completerPass)
 		}},
 		{"pause watch", s.pause.Run},
 		{"dlq backlog", func(ctx context.Context) {
@@ -197,4 +192,24 @@ func (s *service) bounded(what string, d time.Duration, wg *sync.WaitGroup, stop
 	case <-time.After(d):
 		s.logger.Error("shutdown step timed out", "step", what, "after", d.String())
 	}
+}
+
+// completerPass sets the ledger metrics from one completer pass: what it
+// settled, and the counts when it could read them.
+func (s *service) completerPass(rep billing.PassReport) {
+	for _, st := range rep.Settled {
+		result := st.Result
+		if result == billing.SettledMeanwhile {
+			result = "moved"
+		}
+		s.m.CompleterSettled.WithLabelValues(result).Inc()
+	}
+	if !rep.Counted {
+		return
+	}
+	u := rep.Unsettled
+	s.m.LedgerClaims.WithLabelValues("pending").Set(float64(u.Pending))
+	s.m.LedgerClaims.WithLabelValues("blocked").Set(float64(u.Blocked))
+	s.m.LedgerOldestPending.Set(u.OldestPending.Seconds())
+	s.m.ParkedEvents.Set(float64(u.Parked))
 }

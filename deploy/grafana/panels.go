@@ -17,7 +17,7 @@ var rows = []row{
 	{"Replicas", []func() panel{upPerReplica, partitionsOwned, operatorPause, buildsRunning}},
 	{"Retention", []func() panel{dedupPartitions, dedupOutOfRange, batchSize}},
 	{"Lag health, dead letters", []func() panel{logEndVsCommitted, lagQueryAge, eventAge, dlqRecords, dlqOldestVsRetention}},
-	{"Completer (pending and blocked claims)", []func() panel{ledgerClaims, oldestPendingClaim, parkedEvents}},
+	{"Completer (pending and blocked claims)", []func() panel{ledgerClaims, oldestPendingClaim, parkedEvents, completerActivity}},
 }
 
 func totalLag() panel {
@@ -202,5 +202,13 @@ func unownedPartitions() panel {
 	return panel{title: "Partitions no member owns (brokers' view)", unit: "short", queries: []query{
 		{"unowned partitions of {{topic}}", "min by (topic, group) (" + sel(m.KafkaPartitionsUnowned) + ")"},
 		{"their lag, {{topic}}", "min by (topic, group) (" + sel(m.KafkaPartitionsUnownedLag) + ")"},
+	}}
+}
+
+// completerActivity is what the completer's passes do to the claims they
+// take up, per second, by result.
+func completerActivity() panel {
+	return panel{title: "Completer activity (claims settled per second)", unit: "reqps", queries: []query{
+		{"{{result}}", "sum by (result) (" + rate(m.CompleterSettled) + ")"},
 	}}
 }

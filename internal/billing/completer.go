@@ -16,8 +16,9 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/pglock"
 )
 
-// settledMeanwhile is the Result of a claim that changed before it was held.
-const settledMeanwhile = "settled meanwhile"
+// SettledMeanwhile is the Settled.Result of a claim that was released or
+// settled between the pass's read and its send: nothing was sent.
+const SettledMeanwhile = "settled meanwhile"
 
 // completerLockKey is the Postgres advisory lock that lets one replica at a
 // time settle claims ("complete" in ASCII).
@@ -251,7 +252,7 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim) (S
 		}
 	}
 	if !pending[cl.EventID] {
-		out.Result, out.Detail = settledMeanwhile, "released or settled since the pass read it; nothing sent"
+		out.Result, out.Detail = SettledMeanwhile, "released or settled since the pass read it; nothing sent"
 		return out, nil
 	}
 	r, err := c.Charger.Charge(ctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
@@ -345,11 +346,12 @@ func (c *Completer) count(ctx context.Context, conn *pgxpool.Conn) (Unsettled, e
 
 // Run makes a full pass now and then every interval until ctx ends, and
 // between them a pass over the parked claims due every ParkedEvery,
-// logging failures (the next pass retries). onPass, when not nil, sees the
-// counts after every pass that could read them (whatever else failed):
-// the service sets the ledger gauges from them, and a pass that could not
-// count leaves the gauges as they were rather than zeroing them.
-func (c *Completer) Run(ctx context.Context, interval time.Duration, onPass func(Unsettled)) {
+// logging failures (the next pass retries). onPass, when not nil, sees
+// every pass's report (whatever failed): the service counts what it
+// settled, and sets the ledger gauges from its counts only when
+// rep.Counted, so that a pass that could not count leaves the gauges as
+// they were rather than zeroing them.
+func (c *Completer) Run(ctx context.Context, interval time.Duration, onPass func(PassReport)) {
 	t := time.NewTicker(min(interval, c.parkedEvery()))
 	defer t.Stop()
 	var lastFull time.Time
@@ -362,8 +364,8 @@ func (c *Completer) Run(ctx context.Context, interval time.Duration, onPass func
 		if err != nil && ctx.Err() == nil {
 			c.Logger.ErrorContext(ctx, "completer pass failed", "err", err)
 		}
-		if onPass != nil && rep.Counted {
-			onPass(rep.Unsettled)
+		if onPass != nil {
+			onPass(rep)
 		}
 		select {
 		case <-ctx.Done():

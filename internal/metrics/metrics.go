@@ -76,6 +76,10 @@ type Metrics struct {
 	// LedgerOldestPending is the age of the oldest pending claim, 0 when
 	// there is none. Set by the completer.
 	LedgerOldestPending prometheus.Gauge
+	// CompleterSettled counts what the completer's passes did to the
+	// claims they took up, by result (CompleterResults): the completer's
+	// activity.
+	CompleterSettled *prometheus.CounterVec
 	// ParkedEvents is the number of events whose record was committed
 	// while their claim waits for the completer (SPEC §10).
 	ParkedEvents prometheus.Gauge
@@ -152,6 +156,9 @@ func New(reg prometheus.Registerer, version, commit string) *Metrics {
 		LedgerClaims: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: LedgerClaimCount, Help: "Charge ledger claims that are not settled, by status (pending, blocked).",
 		}, []string{"status"}),
+		CompleterSettled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: CompleterSettled, Help: "Claims the completer took up, by result: charged, blocked, pending (re-sent, still unknown), moved (released or settled meanwhile, nothing sent).",
+		}, []string{"result"}),
 		ParkedEvents: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: ParkedEventsCount, Help: "Events whose record was committed while their claim, or their decision, waits for the completer.",
 		}),
@@ -174,6 +181,9 @@ func New(reg prometheus.Registerer, version, commit string) *Metrics {
 	for _, s := range []string{"pending", "blocked"} {
 		m.LedgerClaims.WithLabelValues(s)
 	}
+	for _, r := range CompleterResults {
+		m.CompleterSettled.WithLabelValues(r)
+	}
 	// Payment answers the rules and the dashboard count: a restarted
 	// instance with only duplicates to process still exports them.
 	for _, c := range PaymentCodes {
@@ -184,6 +194,6 @@ func New(reg prometheus.Registerer, version, commit string) *Metrics {
 		m.ConsumerLag, m.CommittedOffset, m.LogEndOffset, m.LagLastSuccess, m.EventAge,
 		m.PartitionsUnowned, m.PartitionsUnownedLag,
 		m.DedupPartitions, m.DedupBypassed, m.Retries, m.BatchSize,
-		m.LedgerClaims, m.LedgerOldestPending, m.ParkedEvents, m.DLQRecords, m.DLQOldestAge, m.DLQRetention, m.BuildInfo)
+		m.LedgerClaims, m.LedgerOldestPending, m.CompleterSettled, m.ParkedEvents, m.DLQRecords, m.DLQOldestAge, m.DLQRetention, m.BuildInfo)
 	return m
 }

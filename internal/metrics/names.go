@@ -27,10 +27,13 @@ const (
 	BatchSizeEvents        = "billing_batch_size"
 	LedgerClaimCount       = "billing_ledger_claims"
 	LedgerOldestPendingAge = "billing_ledger_oldest_pending_seconds"
-	ParkedEventsCount      = "billing_parked_events"
-	Paused                 = "billing_paused"
-	PausedSeconds          = "billing_paused_seconds"
-	KafkaPartitionOwned    = "billing_kafka_partition_owned"
+	// CompleterSettled counts the claims the completer's passes settled, by
+	// result (CompleterResults).
+	CompleterSettled    = "billing_completer_settled_total"
+	ParkedEventsCount   = "billing_parked_events"
+	Paused              = "billing_paused"
+	PausedSeconds       = "billing_paused_seconds"
+	KafkaPartitionOwned = "billing_kafka_partition_owned"
 	// KafkaPartitionsUnowned and KafkaPartitionsUnownedLag are the brokers'
 	// view of the partitions no member of the group is assigned.
 	KafkaPartitionsUnowned    = "billing_kafka_partitions_unowned"

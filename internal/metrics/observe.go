@@ -16,6 +16,11 @@ import (
 // the dashboard select. Other codes appear at their first answer.
 var PaymentCodes = []string{"200", "401", "403", "409", "422", "429", "500", "503", "error"}
 
+// CompleterResults are the result label values of CompleterSettled: a
+// claim charged or blocked, re-sent with its outcome still unknown
+// ("pending"), or released or settled meanwhile, nothing sent ("moved").
+var CompleterResults = []string{"charged", "blocked", "pending", "moved"}
+
 // RetryKinds are the error kinds the pipeline retries, whose
 // billing_retries_total series exist from the start.
 var RetryKinds = []string{fault.Transient.String(), fault.Systemic.String(), fault.Busy.String()}
