@@ -234,11 +234,7 @@ func holdClaims(ctx context.Context, tx pgx.Tx, timeout time.Duration, orders []
 	if err != nil {
 		return nil, classifyDB(fmt.Errorf("hold %d claims: %w", len(orders), err))
 	}
-	isHeld := make(map[uuid.UUID]bool, len(held))
-	for _, id := range held {
-		isHeld[id] = true
-	}
-	return isHeld, nil
+	return idSet(held), nil
 }
 
 // markProcessed inserts the processed_event rows of evs[idx] in tx and
@@ -257,11 +253,7 @@ func (s *Service) markProcessed(ctx context.Context, tx pgx.Tx, evs []events.Ord
 	if err != nil {
 		return nil, classifyDB(err)
 	}
-	isFresh := make(map[uuid.UUID]bool, len(fresh))
-	for _, id := range fresh {
-		isFresh[id] = true
-	}
-	return isFresh, nil
+	return idSet(fresh), nil
 }
 
 // sendAll charges evs[idx] concurrently and fills in out once every
@@ -317,10 +309,7 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfi
 		unmark = append(unmark, evs[i].EventID)
 	}
 	if len(marked) != len(charged) {
-		isMarked := make(map[uuid.UUID]bool, len(marked))
-		for _, id := range marked {
-			isMarked[id] = true
-		}
+		isMarked := idSet(marked)
 		for _, i := range charged {
 			if !isMarked[evs[i].EventID] {
 				out[i] = response{err: fault.Errorf(fault.Conflict, "order %d was charged under event %s, but its ledger claim has vanished: an operator must reconcile it with the provider",

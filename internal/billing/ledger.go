@@ -173,10 +173,7 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 		// event finds out on its retry, which sees its own pending claim.
 		return todo, classifyDB(fmt.Errorf("claim %d orders: %w", len(todo), err))
 	}
-	isWon := make(map[uuid.UUID]bool, len(won))
-	for _, id := range won {
-		isWon[id] = true
-	}
+	isWon := idSet(won)
 	var lost []int
 	for _, i := range todo {
 		if isWon[evs[i].EventID] {
@@ -298,6 +295,16 @@ const markSentSQL = `UPDATE charge c SET others_sent_at = coalesce(c.others_sent
 FROM unnest($1::bigint[], $2::uuid[]) AS v(o, e)
 WHERE c.order_id = v.o AND c.event_id = v.e AND c.status = 'pending' RETURNING c.event_id`
 
+// idSet is the set of ids, for the statements that answer the event ids
+// they claimed, marked, held or released.
+func idSet(ids []uuid.UUID) map[uuid.UUID]bool {
+	set := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	return set
+}
+
 // byOrder returns idx sorted by the order ids of evs: the ledger
 // statements lock their rows in the order given, and one order across
 // them keeps two batches from deadlocking on each other's rows.
@@ -324,11 +331,7 @@ func markSent(ctx context.Context, db querier, timeout time.Duration, orders []i
 	if err != nil {
 		return nil, classifyDB(fmt.Errorf("record the send of %d claims: %w", len(orders), err))
 	}
-	pending := make(map[uuid.UUID]bool, len(marked))
-	for _, id := range marked {
-		pending[id] = true
-	}
-	return pending, nil
+	return idSet(marked), nil
 }
 
 // release deletes the claims of evs, each created by the attempt whose
@@ -358,11 +361,7 @@ func (s *Service) release(ctx context.Context, evs []events.OrderConfirmed, toke
 		s.logger.WarnContext(ctx, "claims left pending: releasing them failed", "orders", orders, "err", err)
 		return nil
 	}
-	done := make(map[uuid.UUID]bool, len(released))
-	for _, id := range released {
-		done[id] = true
-	}
-	return done
+	return idSet(released)
 }
 
 // block marks the pending claims of evs blocked for an operator, each
