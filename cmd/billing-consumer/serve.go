@@ -70,6 +70,7 @@ func (s *service) loops() []loop {
 		{"ledger completer", func(ctx context.Context) {
 			completer(cfg, s.pool, s.payer.ForBilling(), s.logger).Run(ctx, cfg.CompleterInterval, s.completerPass)
 		}},
+		{"deferred decisions", func(ctx context.Context) { s.handler.RunDeferred(ctx, time.Second, s.paused) }},
 		{"pause watch", s.pause.Run},
 		{"dlq backlog", func(ctx context.Context) {
 			dlq.WatchBacklog(ctx, client, cfg.KafkaDLQTopic, cfg.dlqReplayGroup(), cfg.DLQBacklogInterval, s.logger,
@@ -211,5 +212,11 @@ func (s *service) completerPass(rep billing.PassReport) {
 	s.m.LedgerClaims.WithLabelValues("pending").Set(float64(u.Pending))
 	s.m.LedgerClaims.WithLabelValues("blocked").Set(float64(u.Blocked))
 	s.m.LedgerOldestPending.Set(u.OldestPending.Seconds())
-	s.m.ParkedEvents.Set(float64(u.Parked))
+	s.m.ParkedEvents.Set(float64(u.Parked + u.Deferred))
+}
+
+// paused reports whether an operator's pause is in force (as last read).
+func (s *service) paused() bool {
+	st, _ := s.pause.State()
+	return st.Paused
 }

@@ -78,6 +78,9 @@ type Unsettled struct {
 	// Pending): their events' records were committed, the completer owns
 	// them.
 	Parked int
+	// Deferred counts the deferred events (deferred_event, every group):
+	// their records were committed, their decisions wait (SPEC §10).
+	Deferred int
 	// OldestPending is the age of the oldest pending claim, 0 without one.
 	OldestPending time.Duration
 }
@@ -130,7 +133,8 @@ WHERE status = 'pending' AND (claimed_at < now() - $1 * interval '1 millisecond'
 ORDER BY claimed_at LIMIT $2`
 	unsettledSQL = `SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'blocked'),
 count(*) FILTER (WHERE status = 'pending' AND parked_at IS NOT NULL),
-coalesce(max(` + ageColumn + `) FILTER (WHERE status = 'pending'), 0) FROM charge WHERE status <> 'charged'`
+coalesce(max(` + ageColumn + `) FILTER (WHERE status = 'pending'), 0), (SELECT count(*) FROM deferred_event)
+FROM charge WHERE status <> 'charged'`
 	blockedSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, coalesce(last_error, '') FROM charge
 WHERE status = 'blocked' ORDER BY claimed_at LIMIT 100`
 )
@@ -337,7 +341,7 @@ func (c *Completer) count(ctx context.Context, conn *pgxpool.Conn) (Unsettled, e
 	defer cancel()
 	var u Unsettled
 	var oldest int64 // microseconds, by the database's clock
-	if err := conn.QueryRow(qctx, unsettledSQL).Scan(&u.Pending, &u.Blocked, &u.Parked, &oldest); err != nil {
+	if err := conn.QueryRow(qctx, unsettledSQL).Scan(&u.Pending, &u.Blocked, &u.Parked, &oldest, &u.Deferred); err != nil {
 		return u, fmt.Errorf("completer: count claims: %w", err)
 	}
 	u.OldestPending = max(0, time.Duration(oldest)*time.Microsecond)

@@ -97,6 +97,12 @@ func (in *injector) trace() []string {
 func opName(sql string) string {
 	f := strings.Fields(sql)
 	switch {
+	case strings.Contains(sql, "INSERT INTO deferred_event"):
+		return "defer"
+	case strings.HasPrefix(sql, "UPDATE deferred_event"):
+		return "take or retry deferred"
+	case strings.HasPrefix(sql, "DELETE FROM deferred_event"):
+		return "finish deferred"
 	case len(f) >= 3 && f[0] == "INSERT" && f[2] == "charge":
 		return "claim"
 	case len(f) >= 3 && f[0] == "INSERT" && f[2] == "processed_event":

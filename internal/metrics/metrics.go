@@ -83,6 +83,10 @@ type Metrics struct {
 	// ParkedEvents is the number of events whose record was committed
 	// while their claim waits for the completer (SPEC §10).
 	ParkedEvents prometheus.Gauge
+	// DeferredDecided counts the deferred events decided, by result
+	// (DeferredResults); their records were counted "parked" when they
+	// were deferred.
+	DeferredDecided *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them on reg. version and commit
@@ -162,6 +166,9 @@ func New(reg prometheus.Registerer, version, commit string) *Metrics {
 		ParkedEvents: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: ParkedEventsCount, Help: "Events whose record was committed while their claim, or their decision, waits for the completer.",
 		}),
+		DeferredDecided: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: DeferredDecided, Help: "Deferred events decided once the claim they waited on settled, by result: charged, duplicate, duplicate_order, dlq.",
+		}, []string{"result"}),
 		LedgerOldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: LedgerOldestPendingAge, Help: "Age of the oldest pending ledger claim; 0 when none is pending.",
 		}),
@@ -184,6 +191,9 @@ func New(reg prometheus.Registerer, version, commit string) *Metrics {
 	for _, r := range CompleterResults {
 		m.CompleterSettled.WithLabelValues(r)
 	}
+	for _, r := range DeferredResults {
+		m.DeferredDecided.WithLabelValues(r)
+	}
 	// Payment answers the rules and the dashboard count: a restarted
 	// instance with only duplicates to process still exports them.
 	for _, c := range PaymentCodes {
@@ -194,6 +204,6 @@ func New(reg prometheus.Registerer, version, commit string) *Metrics {
 		m.ConsumerLag, m.CommittedOffset, m.LogEndOffset, m.LagLastSuccess, m.EventAge,
 		m.PartitionsUnowned, m.PartitionsUnownedLag,
 		m.DedupPartitions, m.DedupBypassed, m.Retries, m.BatchSize,
-		m.LedgerClaims, m.LedgerOldestPending, m.CompleterSettled, m.ParkedEvents, m.DLQRecords, m.DLQOldestAge, m.DLQRetention, m.BuildInfo)
+		m.LedgerClaims, m.LedgerOldestPending, m.CompleterSettled, m.ParkedEvents, m.DeferredDecided, m.DLQRecords, m.DLQOldestAge, m.DLQRetention, m.BuildInfo)
 	return m
 }

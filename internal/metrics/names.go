@@ -29,8 +29,11 @@ const (
 	LedgerOldestPendingAge = "billing_ledger_oldest_pending_seconds"
 	// CompleterSettled counts the claims the completer's passes settled, by
 	// result (CompleterResults).
-	CompleterSettled    = "billing_completer_settled_total"
-	ParkedEventsCount   = "billing_parked_events"
+	CompleterSettled  = "billing_completer_settled_total"
+	ParkedEventsCount = "billing_parked_events"
+	// DeferredDecided counts the deferred events decided, by result
+	// (DeferredResults).
+	DeferredDecided     = "billing_deferred_decided_total"
 	Paused              = "billing_paused"
 	PausedSeconds       = "billing_paused_seconds"
 	KafkaPartitionOwned = "billing_kafka_partition_owned"

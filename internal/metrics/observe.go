@@ -21,6 +21,12 @@ var PaymentCodes = []string{"200", "401", "403", "409", "422", "429", "500", "50
 // ("pending"), or released or settled meanwhile, nothing sent ("moved").
 var CompleterResults = []string{"charged", "blocked", "pending", "moved"}
 
+// DeferredResults are the result label values of DeferredDecided: how a
+// deferred event was decided once the claim it waited on settled (SPEC
+// §10) — its own charge, a duplicate or duplicate_order, or a dead-letter
+// record (conflict, or permanent for its own charge refused).
+var DeferredResults = []string{"charged", "duplicate", "duplicate_order", "dlq"}
+
 // RetryKinds are the error kinds the pipeline retries, whose
 // billing_retries_total series exist from the start.
 var RetryKinds = []string{fault.Transient.String(), fault.Systemic.String(), fault.Busy.String()}

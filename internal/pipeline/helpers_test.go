@@ -154,7 +154,7 @@ func (e *testEnv) counters(t *testing.T) map[string]float64 {
 	out := map[string]float64{}
 	for _, f := range families {
 		switch f.GetName() {
-		case "billing_events_total", "billing_dlq_total", "billing_retries_total", "billing_dedup_out_of_range_total":
+		case "billing_events_total", "billing_dlq_total", "billing_retries_total", "billing_dedup_out_of_range_total", "billing_deferred_decided_total":
 		default:
 			continue
 		}

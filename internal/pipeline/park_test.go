@@ -62,7 +62,7 @@ func TestParkedAfterFailingWhileOthersSucceed(t *testing.T) {
 			parker := &fakeParker{park: tc.park}
 			env = newEnv(t, biller, nil, func(c *Config) {
 				budgetPolicy(clock, 5*time.Minute, 2)(c)
-				c.ParkAfter, c.Parker = 30*time.Second, parker
+				c.ParkAfter, c.Parker, c.Deferrer = 30*time.Second, parker, &fakeDeferrer{}
 			})
 			if err := env.h.Handle(context.Background(), poison); err != nil {
 				t.Fatal(err)
@@ -103,7 +103,7 @@ func TestOutageParksNothing(t *testing.T) {
 	parker := &fakeParker{park: func(events.OrderConfirmed) (bool, error) { return true, nil }}
 	env := newEnv(t, biller, nil, func(c *Config) {
 		budgetPolicy(clock, 20*time.Second, 0)(c)
-		c.ParkAfter, c.Parker = 30*time.Second, parker
+		c.ParkAfter, c.Parker, c.Deferrer = 30*time.Second, parker, &fakeDeferrer{}
 	})
 	if err := env.h.Handle(ctx, msg); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Handle = %v; want it still waiting out the outage when cancelled", err)

@@ -17,8 +17,11 @@
 //	                         database outage or rejected credentials must
 //	                         not send healthy events to the DLQ
 //	Busy                   → another event holds the order's claim, its
-//	                         outcome unknown: wait with backoff, without
-//	                         limit, spending nothing, still ready
+//	                         outcome unknown: wait with backoff, spending
+//	                         nothing, still ready; deferred (its record
+//	                         stored for a decision once that claim
+//	                         settles, and committed) once it has waited
+//	                         for ParkAfter
 //
 // A streak of transient failures with no success anywhere in the handler
 // is an outage, treated as Systemic, once OutageThreshold distinct events
@@ -109,9 +112,13 @@ type Config struct {
 	// same clock as RetryBudget: outages and busy waits not counted) is
 	// parked — its claim handed to the completer by Parker, its record
 	// committed — so that it holds its partition no longer. Zero never
-	// parks; then Parker may be nil. Keep it below RetryBudget.
+	// parks; then Parker may be nil. Keep it below RetryBudget. An event
+	// that has waited this long on another event's claim (fault.Busy) is
+	// deferred — its record stored by Deferrer for a later decision
+	// (RunDeferred), and committed. Zero never defers either.
 	ParkAfter time.Duration
 	Parker    Parker
+	Deferrer  Deferrer
 	// BackoffBase and BackoffMax shape the delay between attempts:
 	// exponential from BackoffBase, capped at BackoffMax, ±20% jitter.
 	BackoffBase, BackoffMax time.Duration
@@ -137,8 +144,8 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Biller == nil || cfg.DLQ == nil || cfg.Metrics == nil || cfg.Logger == nil || cfg.Now == nil {
 		return nil, errors.New("pipeline: biller, dlq, metrics, logger and clock are required")
 	}
-	if cfg.ParkAfter < 0 || cfg.ParkAfter > 0 && cfg.Parker == nil {
-		return nil, fmt.Errorf("pipeline: parking after %v needs a parker", cfg.ParkAfter)
+	if cfg.ParkAfter < 0 || cfg.ParkAfter > 0 && (cfg.Parker == nil || cfg.Deferrer == nil) {
+		return nil, fmt.Errorf("pipeline: parking after %v needs a parker and a deferrer", cfg.ParkAfter)
 	}
 	if cfg.MaxAttempts < 1 || cfg.RetryBudget < 0 || cfg.OutageAfter < 0 || cfg.OutageThreshold < 0 ||
 		cfg.BackoffBase <= 0 || cfg.BackoffMax < cfg.BackoffBase {
@@ -237,13 +244,19 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 			return h.deadLetter(ctx, msg, &ev, dlq.Conflict, err, b.attempts+1)
 		case fault.Systemic, fault.Busy:
 			// Not the event's fault: wait it out, however long, spending
-			// neither attempts nor budget.
+			// neither attempts nor budget; an event waiting on another's
+			// claim for ParkAfter is deferred instead (deferred.go).
 			b.pause()
+			if waited := w.waited.observe(kind, now); h.cfg.ParkAfter > 0 && waited >= h.cfg.ParkAfter &&
+				h.deferEvent(ctx, msg, ev, waited, err) {
+				return nil
+			}
 			if err := h.wait(ctx, ev, kind, err, w); err != nil {
 				return err
 			}
 			continue
 		}
+		w.waited.observe(kind, now)
 		b.fail(now)
 		if h.cfg.ParkAfter > 0 && b.spent >= h.cfg.ParkAfter && h.park(ctx, ev, b, err) {
 			return nil
@@ -284,6 +297,8 @@ func (h *Handler) park(ctx context.Context, ev events.OrderConfirmed, b budget, 
 type waits struct {
 	transient, systemic, busy retry.Backoff
 	stalled                   bool
+	// waited is how long the event has waited on another's claim.
+	waited waited
 }
 
 // wait sleeps out a systemic failure (marking the event stalled, so the
@@ -315,6 +330,16 @@ func answered(err error, kind fault.Kind) bool {
 // ctx ends: the offset must not move past a record that is neither billed
 // nor dead-lettered.
 func (h *Handler) deadLetter(ctx context.Context, msg kafka.Message, ev *events.OrderConfirmed, reason dlq.Reason, cause error, attempts int) error {
+	if err := h.writeDLQ(ctx, msg, ev, reason, cause, attempts); err != nil {
+		return err
+	}
+	h.cfg.Metrics.Events.WithLabelValues("dlq").Inc()
+	return nil
+}
+
+// writeDLQ is deadLetter without counting the record's outcome: a deferred
+// event's record was counted when it was deferred.
+func (h *Handler) writeDLQ(ctx context.Context, msg kafka.Message, ev *events.OrderConfirmed, reason dlq.Reason, cause error, attempts int) error {
 	b := h.backoff()
 	for {
 		err := h.cfg.DLQ.Send(ctx, msg, reason, cause, attempts)
@@ -330,7 +355,6 @@ func (h *Handler) deadLetter(ctx context.Context, msg kafka.Message, ev *events.
 		}
 	}
 	spanDeadLettered(ctx, reason, attempts)
-	h.cfg.Metrics.Events.WithLabelValues("dlq").Inc()
 	h.cfg.Metrics.DLQ.WithLabelValues(string(reason)).Inc()
 	attrs := []any{"reason", reason, "topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset,
 		"attempts", attempts, "err", cause}

@@ -1,0 +1,179 @@
+package billing
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/billing-consumer/billing-consumer/internal/events"
+)
+
+// Deferred decisions (SPEC §10): an event that waits on another event's
+// unsettled claim on its order (Process answers fault.Busy) must not hold
+// its partition either. After BILLING_PARK_AFTER of waiting the pipeline
+// defers it: Defer stores its record, exactly as consumed, in
+// deferred_event (migration 00008), and the record is committed. Once the
+// claim it waits on is no longer pending, the deciding loop takes the row
+// up (TakeDeferred), decides the event through Process exactly as a
+// redelivery would be decided — Duplicate, DuplicateOrder, a Conflict to
+// dead-letter from the stored bytes, or its own charge if the claim was
+// released — and deletes the row (FinishDeferred) only after that
+// decision is durable. A crash before the delete decides the event again:
+// the ledger and processed_event make the second decision a Duplicate, so
+// nothing is charged twice; a dead-letter record may be written twice (at
+// least once, as every DLQ write is).
+
+// Record is a Kafka record as consumed: what a deferred event's decision
+// needs to dead-letter it with its original key, value and headers.
+type Record struct {
+	Topic     string
+	Partition int
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Headers   []Header
+	Time      time.Time
+}
+
+// Header is one record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Deferred is a deferred event: a row of deferred_event.
+type Deferred struct {
+	EventID uuid.UUID
+	OrderID int64
+	// WaitsFor is the event whose claim held the order at deferral.
+	WaitsFor uuid.UUID
+	Record   Record
+	// Age is the time since the deferral, by the database's clock.
+	Age time.Duration
+	// Attempts counts the times the row was taken up, this one included.
+	Attempts int
+}
+
+const (
+	// deferSQL stores ev's record only while another event's claim on its
+	// order is pending, and answers true also when the same record (the
+	// same bytes) was deferred before: a redelivery of a deferred record
+	// is committed as deferred, never decided twice. The outer SELECT sees
+	// the rows as they were before the INSERT.
+	deferSQL = `WITH ins AS (
+  INSERT INTO deferred_event (consumer_group, event_id, order_id, waits_for, topic, kafka_partition, kafka_offset,
+    record_key, record_value, header_keys, header_values, record_time)
+  SELECT $1, $2, $3, c.event_id, $4, $5, $6, $7, $8, $9, $10, $11 FROM charge c
+  WHERE c.order_id = $3 AND c.status = 'pending' AND c.event_id <> $2
+  ON CONFLICT (consumer_group, event_id) DO NOTHING RETURNING 1)
+SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM deferred_event WHERE consumer_group = $1 AND event_id = $2 AND record_value = $8)`
+	// takeDeferredSQL leases, for $3 milliseconds, up to $2 of the group's
+	// due rows whose order no other event's pending claim holds any more;
+	// SKIP LOCKED keeps two replicas from taking the same row.
+	takeDeferredSQL = `UPDATE deferred_event d SET next_try_at = now() + $3 * interval '1 millisecond', attempts = d.attempts + 1
+FROM (SELECT x.event_id FROM deferred_event x
+  WHERE x.consumer_group = $1 AND x.next_try_at <= now()
+  AND NOT EXISTS (SELECT 1 FROM charge c WHERE c.order_id = x.order_id AND c.status = 'pending' AND c.event_id <> x.event_id)
+  ORDER BY x.next_try_at LIMIT $2 FOR UPDATE OF x SKIP LOCKED) t
+WHERE d.consumer_group = $1 AND d.event_id = t.event_id
+RETURNING d.event_id, d.order_id, d.waits_for, d.topic, d.kafka_partition, d.kafka_offset, d.record_key, d.record_value,
+  d.header_keys, d.header_values, d.record_time, (extract(epoch FROM now() - d.deferred_at) * 1000000)::bigint, d.attempts`
+	finishDeferredSQL = `DELETE FROM deferred_event WHERE consumer_group = $1 AND event_id = $2`
+	retryDeferredSQL  = `UPDATE deferred_event SET next_try_at = now() + $3 * interval '1 millisecond', last_error = $4
+WHERE consumer_group = $1 AND event_id = $2`
+)
+
+// Defer stores ev's record rec for a later decision. It returns true when
+// the record is stored (now or by an earlier delivery of the same bytes):
+// the caller may commit it. False means no other event's claim holds ev's
+// order any more: the caller processes ev again, which decides it now.
+func (s *Service) Defer(ctx context.Context, ev events.OrderConfirmed, rec Record) (bool, error) {
+	keys, values := make([]string, len(rec.Headers)), make([][]byte, len(rec.Headers))
+	for i, h := range rec.Headers {
+		keys[i], values[i] = h.Key, h.Value
+	}
+	var at *time.Time
+	if !rec.Time.IsZero() {
+		at = &rec.Time
+	}
+	dctx, cancel := s.live(ctx)
+	defer cancel()
+	rows, err := s.db.Query(dctx, deferSQL, s.group, [16]byte(ev.EventID), ev.OrderID, rec.Topic, rec.Partition, rec.Offset,
+		rec.Key, rec.Value, keys, values, at)
+	var stored bool
+	if err == nil {
+		stored, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+	}
+	if err != nil {
+		return false, classifyDB(fmt.Errorf("defer event %s of order %d: %w", ev.EventID, ev.OrderID, err))
+	}
+	return stored, nil
+}
+
+// TakeDeferred leases up to limit deferred events that are due and whose
+// order no other event's pending claim holds: no other replica takes them
+// for lease, which must outlast their decision. A row whose decision
+// crashed is taken up again once its lease ends.
+func (s *Service) TakeDeferred(ctx context.Context, limit int, lease time.Duration) ([]Deferred, error) {
+	qctx, cancel := s.live(ctx)
+	defer cancel()
+	rows, err := s.db.Query(qctx, takeDeferredSQL, s.group, limit, lease.Milliseconds())
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("take deferred events: %w", err))
+	}
+	out, err := pgx.CollectRows(rows, scanDeferred)
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("take deferred events: %w", err))
+	}
+	return out, nil
+}
+
+func scanDeferred(row pgx.CollectableRow) (Deferred, error) {
+	var d Deferred
+	var keys []string
+	var values [][]byte
+	var at *time.Time
+	var age int64
+	err := row.Scan((*[16]byte)(&d.EventID), &d.OrderID, (*[16]byte)(&d.WaitsFor), &d.Record.Topic, &d.Record.Partition,
+		&d.Record.Offset, &d.Record.Key, &d.Record.Value, &keys, &values, &at, &age, &d.Attempts)
+	if err != nil {
+		return d, err
+	}
+	if len(keys) != len(values) {
+		return d, fmt.Errorf("deferred event %s: %d header keys, %d values", d.EventID, len(keys), len(values))
+	}
+	for i := range keys {
+		d.Record.Headers = append(d.Record.Headers, Header{Key: keys[i], Value: values[i]})
+	}
+	if at != nil {
+		d.Record.Time = *at
+	}
+	d.Age = time.Duration(age) * time.Microsecond
+	return d, nil
+}
+
+// FinishDeferred deletes d's row: its decision is durable (the ledger and
+// processed_event, or an acknowledged dead-letter record).
+func (s *Service) FinishDeferred(ctx context.Context, d Deferred) error {
+	fctx, cancel := s.detached(ctx)
+	defer cancel()
+	if _, err := s.db.Exec(fctx, finishDeferredSQL, s.group, [16]byte(d.EventID)); err != nil {
+		return classifyDB(fmt.Errorf("finish deferred event %s: %w", d.EventID, err))
+	}
+	return nil
+}
+
+// RetryDeferred gives d back, to be taken up again after the delay: its
+// decision did not finish (its own charge's outcome is unknown, or the
+// order is claimed again), cause says why.
+func (s *Service) RetryDeferred(ctx context.Context, d Deferred, after time.Duration, cause error) error {
+	rctx, cancel := s.detached(ctx)
+	defer cancel()
+	if _, err := s.db.Exec(rctx, retryDeferredSQL, s.group, [16]byte(d.EventID), after.Milliseconds(), cause.Error()); err != nil {
+		return classifyDB(fmt.Errorf("retry deferred event %s: %w", d.EventID, err))
+	}
+	return nil
+}

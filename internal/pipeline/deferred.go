@@ -1,0 +1,192 @@
+package pipeline
+
+import (
+	"context"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/billing"
+	"github.com/billing-consumer/billing-consumer/internal/dlq"
+	"github.com/billing-consumer/billing-consumer/internal/events"
+	"github.com/billing-consumer/billing-consumer/internal/fault"
+)
+
+// Deferrer keeps the events whose decision waits on another event's claim
+// (SPEC §10) and hands them back once that claim is no longer pending;
+// *billing.Service is one (billing/deferred.go says how it is stored).
+type Deferrer interface {
+	Defer(ctx context.Context, ev events.OrderConfirmed, rec billing.Record) (bool, error)
+	TakeDeferred(ctx context.Context, limit int, lease time.Duration) ([]billing.Deferred, error)
+	FinishDeferred(ctx context.Context, d billing.Deferred) error
+	RetryDeferred(ctx context.Context, d billing.Deferred, after time.Duration, cause error) error
+}
+
+const (
+	// deferredLease is how long a replica deciding a deferred event keeps
+	// it from the others; a decision (one Process call and perhaps a
+	// dead-letter write) is bounded by deferredDecideTimeout, well inside.
+	deferredLease         = time.Minute
+	deferredDecideTimeout = 30 * time.Second
+	// deferredBatch is the most deferred events one pass takes up.
+	deferredBatch = 100
+	// deferredRetryMax caps the backoff of a deferred event whose own
+	// charge stays unknown, as the parked claims' re-sends are capped.
+	deferredRetryMax = 10 * time.Second
+)
+
+// waited tracks how long an event has waited, in a row, on another
+// event's claim: the deferral's clock. Any other answer resets it.
+type waited struct{ since time.Time }
+
+func (w *waited) observe(kind fault.Kind, now time.Time) time.Duration {
+	if kind != fault.Busy {
+		w.since = time.Time{}
+		return 0
+	}
+	if w.since.IsZero() {
+		w.since = now
+	}
+	return now.Sub(w.since)
+}
+
+// deferEvent stores ev for a later decision (Deferrer) after it has waited
+// on another event's claim for ParkAfter, and reports whether it did: then
+// msg may be committed, counted "parked". When the claim settled
+// meanwhile, or the store failed, ev goes on waiting and is processed
+// again, which decides it.
+func (h *Handler) deferEvent(ctx context.Context, msg kafka.Message, ev events.OrderConfirmed, waitedFor time.Duration, cause error) bool {
+	stored, err := h.cfg.Deferrer.Defer(ctx, ev, recordOf(msg))
+	if err != nil || !stored {
+		if err != nil {
+			h.cfg.Logger.WarnContext(ctx, "could not defer the event, waiting on", "event_id", ev.EventID, "order_id", ev.OrderID, "err", err)
+		}
+		return false
+	}
+	spanOutcome(ctx, "deferred", 0)
+	h.cfg.Metrics.Events.WithLabelValues("parked").Inc()
+	h.cfg.Logger.WarnContext(ctx, "event deferred: its decision waits for another event's claim, its record committed",
+		"event_id", ev.EventID, "order_id", ev.OrderID, "waited", waitedFor, "err", cause)
+	return true
+}
+
+// RunDeferred decides the deferred events whose claim is no longer
+// pending, every interval until ctx ends (every replica runs it; a lease
+// keeps two from deciding one event at once). While paused() is true
+// (an operator's pause) it decides nothing: a decision may charge.
+func (h *Handler) RunDeferred(ctx context.Context, interval time.Duration, paused func() bool) {
+	if h.cfg.Deferrer == nil {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if !paused() {
+			if err := h.DecideDeferred(ctx); err != nil && ctx.Err() == nil {
+				h.cfg.Logger.ErrorContext(ctx, "deferred decisions failed", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// DecideDeferred makes one pass: it takes up the deferred events due and
+// decides each. Its error is the pass's (the database, a systemic answer);
+// an event that could not be decided yet is given back, not an error.
+func (h *Handler) DecideDeferred(ctx context.Context) error {
+	due, err := h.cfg.Deferrer.TakeDeferred(ctx, deferredBatch, deferredLease)
+	if err != nil {
+		return err
+	}
+	for _, d := range due {
+		dctx, cancel := context.WithTimeout(ctx, deferredDecideTimeout)
+		err := h.decide(dctx, d)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decide decides one deferred event as its redelivery would be decided:
+// Process bills it (its own attempt: a claim it creates it may release on
+// a definite refusal), and its outcome is made durable before the row is
+// deleted — by Process for a charge or a duplicate, by an acknowledged
+// dead-letter record, with the stored key, value and headers, for a
+// conflict or a refusal. An unknown outcome gives the row back, backing
+// off as a parked claim's re-sends do.
+func (h *Handler) decide(ctx context.Context, d billing.Deferred) error {
+	msg := messageOf(d.Record)
+	ev, err := events.Decode(msg.Value, h.cfg.Now())
+	var res billing.Result
+	if err == nil {
+		res, err = h.cfg.Biller.Process(billing.WithAttempt(ctx), ev)
+	}
+	kind := fault.KindOf(err)
+	var reason dlq.Reason
+	switch {
+	case err == nil:
+	case kind == fault.Invalid:
+		reason = dlq.Invalid
+	case kind == fault.Permanent:
+		reason = dlq.Permanent
+	case kind == fault.Conflict:
+		reason = dlq.Conflict
+	case ctx.Err() != nil:
+		return nil // the lease ends, and the event is decided again
+	default:
+		after := retryAfter(d.Attempts)
+		if rerr := h.cfg.Deferrer.RetryDeferred(ctx, d, after, err); rerr != nil {
+			return rerr
+		}
+		h.cfg.Logger.InfoContext(ctx, "deferred event not decided yet", "event_id", d.EventID, "order_id", d.OrderID,
+			"attempts", d.Attempts, "retry_in", after, "err", err)
+		if kind == fault.Systemic {
+			return err
+		}
+		return nil
+	}
+	result := string(res.Outcome)
+	if reason != "" {
+		if err := h.writeDLQ(ctx, msg, &ev, reason, err, d.Attempts); err != nil {
+			return nil // not acknowledged before the timeout: the lease ends, the event is decided again
+		}
+		result = "dlq"
+	}
+	if err := h.cfg.Deferrer.FinishDeferred(ctx, d); err != nil {
+		return err
+	}
+	h.cfg.Metrics.DeferredDecided.WithLabelValues(result).Inc()
+	h.cfg.Logger.InfoContext(ctx, "deferred event decided", "event_id", d.EventID, "order_id", d.OrderID,
+		"result", result, "deferred_for", d.Age, "waited_for", d.WaitsFor)
+	return nil
+}
+
+// retryAfter is the delay before a deferred event's attempt-th retry:
+// from a second, doubling, capped at deferredRetryMax.
+func retryAfter(attempt int) time.Duration {
+	return min(time.Second<<min(max(attempt-1, 0), 16), deferredRetryMax)
+}
+
+// recordOf and messageOf convert between a Kafka record and billing's
+// copy of it.
+func recordOf(m kafka.Message) billing.Record {
+	r := billing.Record{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}
+	for _, hd := range m.Headers {
+		r.Headers = append(r.Headers, billing.Header{Key: hd.Key, Value: hd.Value})
+	}
+	return r
+}
+
+func messageOf(r billing.Record) kafka.Message {
+	m := kafka.Message{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Time: r.Time}
+	for _, hd := range r.Headers {
+		m.Headers = append(m.Headers, kafka.Header{Key: hd.Key, Value: hd.Value})
+	}
+	return m
+}
