@@ -1,0 +1,152 @@
+package billing
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billing-consumer/billing-consumer/internal/fault"
+)
+
+// The completer's settling of claims: what a pass does to each stale or
+// parked pending claim it reads (the table is Completer's doc comment).
+
+// settleStale settles the pending claims older than the pass's age.
+func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt PassOptions) ([]Settled, error) {
+	age := c.After
+	if opt.OlderThan > 0 {
+		age = opt.OlderThan
+	}
+	limit := c.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	qctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
+	sql, args := staleClaimsSQL, []any{age.Milliseconds(), limit}
+	if opt.ParkedOnly {
+		sql, args = parkedDueSQL, []any{limit}
+	}
+	rows, err := conn.Query(qctx, sql, args...)
+	var claims []Claim
+	if err == nil {
+		claims, err = pgx.CollectRows(rows, scanClaim)
+	}
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("completer: read pending claims: %w", err)
+	}
+	var done []Settled
+	for _, cl := range claims {
+		if opt.DryRun {
+			what := "would re-send"
+			if NextClaimStatus(ClaimFacts{Actor: ActorCompleter, Age: cl.Age, BlockAfter: c.BlockAfter}) == ClaimBlocked {
+				what = "would block"
+			}
+			done = append(done, Settled{Claim: cl, Result: what})
+			continue
+		}
+		s, err := c.settle(ctx, conn, cl)
+		if err != nil {
+			return done, err
+		}
+		done = append(done, s)
+	}
+	return done, nil
+}
+
+// settle settles cl by NextClaimStatus: blocked without a re-send when it
+// is older than BlockAfter, else its request re-sent and the answer
+// recorded. Before the request leaves, markSent records, committed, that
+// the completer sends it, so that its creating attempt, refused meanwhile,
+// can no longer release it; and the settling transaction holds the claim
+// (holdClaims) from before the request to the record, for a binary built
+// before others_sent_at that may run beside this one during an upgrade.
+// Its error is the pass's (a systemic answer, ctx ended, the database):
+// nothing more is to be done in this pass.
+func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim) (Settled, error) {
+	out := Settled{Claim: cl}
+	orders, ids := []int64{cl.OrderID}, [][16]byte{cl.EventID}
+	facts := ClaimFacts{Actor: ActorCompleter, Age: cl.Age, BlockAfter: c.BlockAfter}
+	if NextClaimStatus(facts) == ClaimBlocked {
+		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("outcome still unknown %s after the claim, past the block-after limit: not re-sent", facts.Age.Round(time.Second))
+		return out, c.write(ctx, conn, &out, blockSQL, orders, ids, out.Detail)
+	}
+	pending, err := markSent(ctx, conn, c.dbTimeout(), orders, ids)
+	if err != nil {
+		return out, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
+	}
+	bctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
+	defer cancel()
+	tx, err := conn.Begin(bctx)
+	if err != nil {
+		return out, fmt.Errorf("completer: settle order %d: begin: %w", cl.OrderID, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
+		defer cancel()
+		_ = tx.Rollback(rctx) // after a commit: a no-op
+	}()
+	if pending[cl.EventID] {
+		if pending, err = holdClaims(ctx, tx, c.dbTimeout(), orders, ids); err != nil {
+			return out, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
+		}
+	}
+	if !pending[cl.EventID] {
+		out.Result, out.Detail = SettledMeanwhile, "released or settled since the pass read it; nothing sent"
+		return out, nil
+	}
+	r, err := c.Charger.Charge(ctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
+	switch {
+	case err != nil && fault.KindOf(err) == fault.Systemic:
+		return out, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
+	case err != nil && ctx.Err() != nil:
+		return out, ctx.Err()
+	}
+	facts.Answer = answerOf(err)
+	switch NextClaimStatus(facts) {
+	case ClaimCharged:
+		out.Result, out.Detail = string(ClaimCharged), r.ChargeID
+		err = c.write(ctx, tx, &out, recordSQL, orders, ids, []string{r.ChargeID}, c.Now())
+	case ClaimBlocked:
+		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("re-sent by the completer: %v", err)
+		err = c.write(ctx, tx, &out, blockSQL, orders, ids, out.Detail)
+	default:
+		out.Result, out.Detail = string(ClaimPending), err.Error()
+		err = c.write(ctx, tx, &out, stillUnknownSQL, cl.OrderID, [16]byte(cl.EventID), out.Detail, c.parkedBackoff().Milliseconds())
+	}
+	return out, err
+}
+
+// executor is where write runs its statement: the completer's connection,
+// or its settling transaction (then write commits it).
+type executor interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// write runs the statement that records what settle did to out's claim,
+// on a context that outlives ctx (the provider's answer must be kept),
+// commits it when db is a transaction, and logs it.
+func (c *Completer) write(ctx context.Context, db executor, out *Settled, sql string, args ...any) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
+	defer cancel()
+	if _, err := db.Exec(wctx, sql, args...); err != nil {
+		return fmt.Errorf("completer: record order %d as %s: %w", out.OrderID, out.Result, err)
+	}
+	if tx, ok := db.(pgx.Tx); ok {
+		if err := tx.Commit(wctx); err != nil {
+			return fmt.Errorf("completer: record order %d as %s: commit: %w", out.OrderID, out.Result, err)
+		}
+	}
+	level := slog.LevelInfo
+	if out.Result == string(ClaimBlocked) {
+		level = slog.LevelError
+	}
+	c.Logger.Log(ctx, level, "ledger claim settled by the completer", "order_id", out.OrderID, "event_id", out.EventID,
+		"result", out.Result, "detail", out.Detail)
+	return nil
+}
