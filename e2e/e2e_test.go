@@ -34,6 +34,8 @@ type world struct {
 	simURL                 string
 	log                    io.Writer
 	logPath                string
+	// extraEnv is added to the environment of every process of the world.
+	extraEnv []string
 }
 
 // buildBinary compiles billing-consumer once per test binary run.
@@ -119,7 +121,7 @@ func (w *world) env(extra ...string) []string {
 		"BILLING_RETRY_BACKOFF_MAX=500ms",
 		"BILLING_PAYMENT_TIMEOUT=2s",
 		"BILLING_KAFKA_LAG_INTERVAL=1s",
-	}, append(completerEnv, extra...)...)
+	}, append(append(completerEnv, w.extraEnv...), extra...)...)
 }
 
 func (w *world) run(t *testing.T, args ...string) *harness.Process {

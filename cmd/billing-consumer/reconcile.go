@@ -137,7 +137,8 @@ func printReconcile(w io.Writer, rep billing.PassReport, dryRun bool) {
 		did = "dry run, nothing sent or changed; " + did
 	}
 	u := rep.Unsettled
-	fmt.Fprintf(w, "%s; now %d pending (oldest %s), %d blocked\n", did, u.Pending, u.OldestPending.Round(time.Second), u.Blocked)
+	fmt.Fprintf(w, "%s; now %d pending (oldest %s, %d parked), %d blocked; %d deferred events waiting on a claim\n",
+		did, u.Pending, u.OldestPending.Round(time.Second), u.Parked, u.Blocked, u.Deferred)
 	if u.Blocked > 0 {
 		fmt.Fprintln(w, "blocked claims need an operator: see BillingLedgerClaimBlocked in docs/operations.md")
 	}
