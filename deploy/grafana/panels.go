@@ -206,9 +206,10 @@ func unownedPartitions() panel {
 }
 
 // completerActivity is what the completer's passes do to the claims they
-// take up, per second, by result.
+// take up, and how the deferred events are decided, per second, by result.
 func completerActivity() panel {
-	return panel{title: "Completer activity (claims settled per second)", unit: "reqps", queries: []query{
+	return panel{title: "Completer activity (claims settled, deferred events decided, per second)", unit: "reqps", queries: []query{
 		{"{{result}}", "sum by (result) (" + rate(m.CompleterSettled) + ")"},
+		{"deferred {{result}}", "sum by (result) (" + rate(m.DeferredDecided) + ")"},
 	}}
 }
