@@ -7,20 +7,24 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/harness"
 	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
 	"github.com/billing-consumer/billing-consumer/internal/paysim"
 	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/poll"
 )
 
 // previousRelease is the commit of the release this build replaces: move
 // it forward at every release, so that TestUpgradeFromPreviousRelease
 // tests the upgrade that will actually be rolled out.
-const previousRelease = "b522a65"
+const previousRelease = "6a74246"
 
 // buildPrevious builds billing-consumer at commit (from this repository's
 // history, with git archive) into ~/.cache/billing-consumer/prev-COMMIT,
@@ -84,7 +88,16 @@ func buildPrevious(t *testing.T, commit string) (string, int64) {
 //   - otherwise: stop-then-start. The old replica is stopped before
 //     migrate, and this build bills what it left.
 //
-// Either way every order is charged exactly once and nothing is left.
+// Parking and deferrals are in play (BILLING_PARK_AFTER=6s for both
+// binaries): four orders of the second plan fail at the provider for 30 s
+// while it charges the others, and each gets a second, distinct event
+// under another key a second later, which waits on the failing claim and
+// is deferred (by this build; the previous one waits). This build's
+// replica is SIGKILLed under traffic at 3 s, and again at 20 s, while they
+// are parked and deferred (a kill restarts the failing clock of the
+// events it held: parking comes 6 s after the rejoin).
+// Either way every order is charged exactly once and nothing is left:
+// no claim pending, no deferred event undecided.
 func TestUpgradeFromPreviousRelease(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end upgrade test; runs in make test")
@@ -96,6 +109,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 		map[bool]string{true: "rolling upgrade", false: "stop-then-start"}[rolling])
 
 	w := newWorldFor(t, buildBinary(t), kafkatest.Brokers(t), pgtest.NewDatabase(t), 3, paysim.Faults{ErrorRate: 0.05})
+	w.extraEnv = []string{"BILLING_PARK_AFTER=6s", "BILLING_OUTAGE_AFTER=6s"}
 	ctx := context.Background()
 	for _, cmd := range []string{"migrate", "retention"} {
 		if out, err := w.runWith(t, prevBin, cmd); err != nil {
@@ -119,24 +133,49 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	if out, err := w.migrateWith(t, w.bin); err != nil {
 		t.Fatalf("migrate of this build after %s: %v\n%s", previousRelease, err, out)
 	}
+	failing, seconds := map[int64]bool{}, []kafka.Message(nil)
+	for _, r := range plan2.Records[:4] {
+		failing[orderOf(t, r)] = true
+		seconds = append(seconds, secondEvent(t, r))
+	}
+	var recovered atomic.Bool
+	w.sim.SetFaults(paysim.Faults{ErrorRate: 0.05, Unavailable: func(o int64) bool { return failing[o] && !recovered.Load() }})
+	start := time.Now()
 	trickle := make(chan error, 1)
 	go func() { trickle <- harness.Trickle(ctx, w.brokers, w.topic, plan2.Records, 100, 300*time.Millisecond) }()
 	cur := w.startReplica(t, w.bin, "current")
-	if rolling {
-		// Kill this build's replica twice under traffic; the previous
-		// release's keeps billing beside it (it would refuse to start on
-		// this schema: it is never restarted).
-		for i := range 2 {
-			time.Sleep(3 * time.Second)
-			cur.Kill()
-			cur = w.startReplica(t, w.bin, "current-"+strconv.Itoa(i+1))
-		}
+	logs := []string{cur.log}
+	time.Sleep(time.Second)
+	if err := harness.Produce(ctx, w.brokers, w.topic, seconds); err != nil {
+		t.Fatal(err)
+	}
+	// Kill this build's replica under traffic, and once more while the
+	// failing orders are parked and their second events deferred; the
+	// previous release's replica keeps billing beside it in a rolling
+	// upgrade (it would refuse to start on a breaking schema: it is never
+	// restarted).
+	for i, at := range []time.Duration{3 * time.Second, 20 * time.Second} {
+		time.Sleep(time.Until(start.Add(at)))
+		cur.Kill()
+		cur = w.startReplica(t, w.bin, "current-"+strconv.Itoa(i+1))
+		logs = append(logs, cur.log)
 	}
 	if err := <-trickle; err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(time.Until(start.Add(30 * time.Second)))
+	recovered.Store(true)
 	w.waitDrained(t, cur.Process, 3*time.Minute)
 	w.waitSettled(t, cur.Process)
+	poll.Until(t, time.Minute, "every deferred event decided", func() bool {
+		return w.count(t, "SELECT count(*) FROM deferred_event") == 0
+	})
+	parked := w.count(t, "SELECT count(*) FROM charge WHERE parked_at IS NOT NULL")
+	deferred := len(loggedIn(t, "event deferred: its decision waits for another event's claim, its record committed", logs...))
+	t.Logf("parked claims: %d; events deferred by this build: %d", parked, deferred)
+	if parked == 0 {
+		t.Errorf("no claim was parked: parking was not in play")
+	}
 	report(t, w.verify(t, joinPlans(plan1, plan2), first, 2000))
 	if rolling {
 		if exited, err := old.Exited(); exited {
