@@ -44,10 +44,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return s.Run(ctx)
 }
 
-// loop is a background loop Run owns: it runs until its context ends.
+// loop is a background loop Run owns: it runs until its context ends. A
+// loop that bills (sends charges) also ends when the schema guard refuses
+// the schema (service.refuse), as the consumer does.
 type loop struct {
-	name string
-	run  func(context.Context)
+	name  string
+	bills bool
+	run   func(context.Context)
 }
 
 // loops are the background loops Run starts once the service is ready,
@@ -57,22 +60,22 @@ func (s *service) loops() []loop {
 	cfg := s.cfg
 	client := &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second}
 	return []loop{
-		{"dedup maintenance", func(ctx context.Context) {
+		{"dedup maintenance", false, func(ctx context.Context) {
 			maintainer(cfg, s.pool, s.logger).Run(ctx, cfg.RetentionInterval, func(p dedup.Pass) { s.m.DedupPass(p.Partitions) })
 		}},
-		{"lag", func(ctx context.Context) {
+		{"lag", false, func(ctx context.Context) {
 			gauges := s.m.Lag(cfg.KafkaTopic, cfg.KafkaGroupID, 3*cfg.KafkaLagInterval, time.Now)
 			consumer.WatchLag(ctx, client, cfg.KafkaTopic, cfg.KafkaGroupID, cfg.KafkaLagInterval, s.logger,
 				func(l []consumer.PartitionLag, err error) { s.group.observeLag(l, err); gauges(l, err) })
 		}},
-		{"group assignment", func(ctx context.Context) { s.group.run(ctx, cfg.KafkaLagInterval) }},
-		{"schema guard", func(ctx context.Context) { s.guard.run(ctx, migrations.HeartbeatInterval, s.logger.Warn) }},
-		{"ledger completer", func(ctx context.Context) {
+		{"group assignment", false, func(ctx context.Context) { s.group.run(ctx, cfg.KafkaLagInterval) }},
+		{"schema guard", false, func(ctx context.Context) { s.guard.run(ctx, migrations.HeartbeatInterval, s.logger.Warn) }},
+		{"ledger completer", true, func(ctx context.Context) {
 			completer(cfg, s.pool, s.payer.ForBilling(), s.logger).Run(ctx, cfg.CompleterInterval, s.completerPass)
 		}},
-		{"deferred decisions", func(ctx context.Context) { s.handler.RunDeferred(ctx, time.Second, s.paused) }},
-		{"pause watch", s.pause.Run},
-		{"dlq backlog", func(ctx context.Context) {
+		{"deferred decisions", true, func(ctx context.Context) { s.handler.RunDeferred(ctx, time.Second, s.paused) }},
+		{"pause watch", false, s.pause.Run},
+		{"dlq backlog", false, func(ctx context.Context) {
 			dlq.WatchBacklog(ctx, client, cfg.KafkaDLQTopic, cfg.dlqReplayGroup(), cfg.DLQBacklogInterval, s.logger,
 				func(b dlq.Backlog) { s.m.DLQBacklog(b.Records, b.Oldest, b.Retention, time.Now()) })
 		}},
@@ -113,9 +116,16 @@ func (s *service) Run(ctx context.Context) error {
 	s.stopConsuming = stopConsuming
 	bg, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLoops()
+	billingLoops, stopBilling := context.WithCancel(bg)
+	defer stopBilling()
+	s.stopBilling = stopBilling
 	var loops sync.WaitGroup
 	for _, l := range s.loops() {
-		loops.Go(func() { l.run(bg) })
+		lctx := bg
+		if l.bills {
+			lctx = billingLoops
+		}
+		loops.Go(func() { l.run(lctx) })
 	}
 	defer s.bounded("background loops", 3*time.Second, &loops, stopLoops)
 

@@ -55,6 +55,9 @@ type service struct {
 	// guard calls it (through refuse) when the schema stops accepting
 	// this binary. Set by Run before the loops start.
 	stopConsuming context.CancelFunc
+	// stopBilling ends the loops that send charges (the completer, the
+	// deferred decisions): with stopConsuming, what refuse calls.
+	stopBilling context.CancelFunc
 
 	ready    *readiness
 	ln       net.Listener
@@ -229,6 +232,7 @@ func (s *service) refuse(reason string) {
 	s.logger.Error("the schema no longer accepts this binary: stopped billing", "reason", reason)
 	s.ready.set(reason)
 	s.stopConsuming()
+	s.stopBilling()
 }
 
 // readyDetail is /readyz's detail: the pause, then the partitions with

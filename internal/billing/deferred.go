@@ -46,6 +46,8 @@ type Header struct {
 
 // Deferred is a deferred event: a row of deferred_event.
 type Deferred struct {
+	// Seq is the row's place in the order of deferrals.
+	Seq     int64
 	EventID uuid.UUID
 	OrderID int64
 	// WaitsFor is the event whose claim held the order at deferral.
@@ -57,33 +59,61 @@ type Deferred struct {
 	Attempts int
 }
 
-const (
-	// deferSQL stores ev's record only while another event's claim on its
-	// order is pending, and answers true also when the same record (the
-	// same bytes) was deferred before: a redelivery of a deferred record
-	// is committed as deferred, never decided twice. The outer SELECT sees
-	// the rows as they were before the INSERT.
+// aheadSQL is the predicate "an event other than %[3]s was deferred on
+// order %[2]s (group %[1]s) before %[3]s was" — before its first row, or at
+// all when it has none: such an event is decided first, and nothing
+// else may claim the order meanwhile. The claim statement (ledger.go)
+// skips those orders; the lookup after it, Defer and TakeDeferred use it
+// to wait.
+const aheadSQL = `SELECT d.event_id FROM deferred_event d WHERE d.consumer_group = %[1]s AND d.order_id = %[2]s AND d.event_id <> %[3]s
+AND d.seq < coalesce((SELECT min(m.seq) FROM deferred_event m WHERE m.consumer_group = %[1]s AND m.order_id = %[2]s AND m.event_id = %[3]s), 9223372036854775807)`
+
+// ahead is aheadSQL over the given group, order and event expressions.
+func ahead(group, order, event string) string { return fmt.Sprintf(aheadSQL, group, order, event) }
+
+var (
+	// deferSQL stores ev's record only while its order is held for
+	// another event — that event's claim pending or blocked, or that
+	// event deferred before — and answers true also when the same record
+	// (topic, partition, offset) was deferred before: a redelivery of a
+	// deferred record is committed as deferred, never stored twice. The
+	// outer SELECT sees the rows as they were before the INSERT.
 	deferSQL = `WITH ins AS (
   INSERT INTO deferred_event (consumer_group, event_id, order_id, waits_for, topic, kafka_partition, kafka_offset,
     record_key, record_value, header_keys, header_values, record_time)
-  SELECT $1, $2, $3, c.event_id, $4, $5, $6, $7, $8, $9, $10, $11 FROM charge c
-  WHERE c.order_id = $3 AND c.status = 'pending' AND c.event_id <> $2
-  ON CONFLICT (consumer_group, event_id) DO NOTHING RETURNING 1)
-SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM deferred_event WHERE consumer_group = $1 AND event_id = $2 AND record_value = $8)`
-	// takeDeferredSQL leases, for $3 milliseconds, up to $2 of the group's
-	// due rows whose order no other event's pending claim holds any more;
-	// SKIP LOCKED keeps two replicas from taking the same row.
-	takeDeferredSQL = `UPDATE deferred_event d SET next_try_at = now() + $3 * interval '1 millisecond', attempts = d.attempts + 1
-FROM (SELECT x.event_id FROM deferred_event x
+  SELECT $1, $2, $3, w.event_id, $4, $5, $6, $7, $8, $9, $10, $11 FROM (
+    SELECT c.event_id FROM charge c WHERE c.order_id = $3 AND c.status IN ('pending', 'blocked') AND c.event_id <> $2
+    UNION ALL (` + ahead("$1", "$3", "$2") + `)
+    LIMIT 1) w
+  ON CONFLICT (consumer_group, topic, kafka_partition, kafka_offset) DO NOTHING RETURNING 1)
+SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM deferred_event WHERE consumer_group = $1 AND topic = $4 AND kafka_partition = $5 AND kafka_offset = $6)`
+	// takeDeferredSQL leases, for $2 milliseconds, one of the group's due
+	// rows whose order is held neither by another event's unsettled claim
+	// (pending, or blocked: that waits for an operator) nor by a row
+	// deferred before it; SKIP LOCKED keeps two replicas from taking it.
+	takeDeferredSQL = `UPDATE deferred_event d SET next_try_at = now() + $2 * interval '1 millisecond', attempts = d.attempts + 1
+FROM (SELECT x.seq FROM deferred_event x
   WHERE x.consumer_group = $1 AND x.next_try_at <= now()
-  AND NOT EXISTS (SELECT 1 FROM charge c WHERE c.order_id = x.order_id AND c.status = 'pending' AND c.event_id <> x.event_id)
-  ORDER BY x.next_try_at LIMIT $2 FOR UPDATE OF x SKIP LOCKED) t
-WHERE d.consumer_group = $1 AND d.event_id = t.event_id
-RETURNING d.event_id, d.order_id, d.waits_for, d.topic, d.kafka_partition, d.kafka_offset, d.record_key, d.record_value,
+  AND NOT EXISTS (SELECT 1 FROM charge c WHERE c.order_id = x.order_id AND c.status IN ('pending', 'blocked') AND c.event_id <> x.event_id)
+  AND NOT EXISTS (SELECT 1 FROM deferred_event e WHERE e.consumer_group = x.consumer_group AND e.order_id = x.order_id AND e.seq < x.seq)
+  ORDER BY x.next_try_at LIMIT 1 FOR UPDATE OF x SKIP LOCKED) t
+WHERE d.seq = t.seq
+RETURNING d.seq, d.event_id, d.order_id, d.waits_for, d.topic, d.kafka_partition, d.kafka_offset, d.record_key, d.record_value,
   d.header_keys, d.header_values, d.record_time, (extract(epoch FROM now() - d.deferred_at) * 1000000)::bigint, d.attempts`
-	finishDeferredSQL = `DELETE FROM deferred_event WHERE consumer_group = $1 AND event_id = $2`
+)
+
+// heldSQL returns, for each order and event given, the event deferred
+// before it that holds the order, if any.
+var heldSQL = `SELECT v.e, h.event_id FROM unnest($1::bigint[], $2::uuid[]) AS v(o, e)
+CROSS JOIN LATERAL (` + ahead("$3", "v.o", "v.e") + ` ORDER BY d.seq LIMIT 1) h`
+
+// finishDeferredSQL and retryDeferredSQL change a row only for the holder
+// of its latest lease (its attempts): a decider whose lease ran out
+// leaves the row to the one that took it over.
+const (
+	finishDeferredSQL = `DELETE FROM deferred_event WHERE seq = $1 AND attempts = $2`
 	retryDeferredSQL  = `UPDATE deferred_event SET next_try_at = now() + $3 * interval '1 millisecond', last_error = $4
-WHERE consumer_group = $1 AND event_id = $2`
+WHERE seq = $1 AND attempts = $2`
 )
 
 // Defer stores ev's record rec for a later decision. It returns true when
@@ -113,22 +143,23 @@ func (s *Service) Defer(ctx context.Context, ev events.OrderConfirmed, rec Recor
 	return stored, nil
 }
 
-// TakeDeferred leases up to limit deferred events that are due and whose
-// order no other event's pending claim holds: no other replica takes them
-// for lease, which must outlast their decision. A row whose decision
-// crashed is taken up again once its lease ends.
-func (s *Service) TakeDeferred(ctx context.Context, limit int, lease time.Duration) ([]Deferred, error) {
+// TakeDeferred leases one deferred event that is due and whose order is
+// held neither by another event's unsettled claim nor by an event deferred
+// before it, or returns false: no other replica takes it for lease, which
+// must outlast its decision. A row whose decision crashed is taken up
+// again once its lease ends.
+func (s *Service) TakeDeferred(ctx context.Context, lease time.Duration) (Deferred, bool, error) {
 	qctx, cancel := s.live(ctx)
 	defer cancel()
-	rows, err := s.db.Query(qctx, takeDeferredSQL, s.group, limit, lease.Milliseconds())
+	rows, err := s.db.Query(qctx, takeDeferredSQL, s.group, lease.Milliseconds())
 	if err != nil {
-		return nil, classifyDB(fmt.Errorf("take deferred events: %w", err))
+		return Deferred{}, false, classifyDB(fmt.Errorf("take a deferred event: %w", err))
 	}
 	out, err := pgx.CollectRows(rows, scanDeferred)
-	if err != nil {
-		return nil, classifyDB(fmt.Errorf("take deferred events: %w", err))
+	if err != nil || len(out) == 0 {
+		return Deferred{}, false, classifyDB(err)
 	}
-	return out, nil
+	return out[0], true, nil
 }
 
 func scanDeferred(row pgx.CollectableRow) (Deferred, error) {
@@ -137,7 +168,7 @@ func scanDeferred(row pgx.CollectableRow) (Deferred, error) {
 	var values [][]byte
 	var at *time.Time
 	var age int64
-	err := row.Scan((*[16]byte)(&d.EventID), &d.OrderID, (*[16]byte)(&d.WaitsFor), &d.Record.Topic, &d.Record.Partition,
+	err := row.Scan(&d.Seq, (*[16]byte)(&d.EventID), &d.OrderID, (*[16]byte)(&d.WaitsFor), &d.Record.Topic, &d.Record.Partition,
 		&d.Record.Offset, &d.Record.Key, &d.Record.Value, &keys, &values, &at, &age, &d.Attempts)
 	if err != nil {
 		return d, err
@@ -156,11 +187,13 @@ func scanDeferred(row pgx.CollectableRow) (Deferred, error) {
 }
 
 // FinishDeferred deletes d's row: its decision is durable (the ledger and
-// processed_event, or an acknowledged dead-letter record).
+// processed_event, or an acknowledged dead-letter record). A decider
+// whose lease was taken over deletes nothing: the new holder decides the
+// event again (to the same outcome) and finishes it.
 func (s *Service) FinishDeferred(ctx context.Context, d Deferred) error {
 	fctx, cancel := s.detached(ctx)
 	defer cancel()
-	if _, err := s.db.Exec(fctx, finishDeferredSQL, s.group, [16]byte(d.EventID)); err != nil {
+	if _, err := s.db.Exec(fctx, finishDeferredSQL, d.Seq, d.Attempts); err != nil {
 		return classifyDB(fmt.Errorf("finish deferred event %s: %w", d.EventID, err))
 	}
 	return nil
@@ -172,8 +205,31 @@ func (s *Service) FinishDeferred(ctx context.Context, d Deferred) error {
 func (s *Service) RetryDeferred(ctx context.Context, d Deferred, after time.Duration, cause error) error {
 	rctx, cancel := s.detached(ctx)
 	defer cancel()
-	if _, err := s.db.Exec(rctx, retryDeferredSQL, s.group, [16]byte(d.EventID), after.Milliseconds(), cause.Error()); err != nil {
+	if _, err := s.db.Exec(rctx, retryDeferredSQL, d.Seq, d.Attempts, after.Milliseconds(), cause.Error()); err != nil {
 		return classifyDB(fmt.Errorf("retry deferred event %s: %w", d.EventID, err))
 	}
 	return nil
+}
+
+// held reads, for evs[idx], the events deferred before them that hold
+// their orders (heldSQL). Only an event whose claim found no row asks:
+// rarely, and never on the common paths.
+func (s *Service) held(ctx context.Context, evs []events.OrderConfirmed, idx []int) (map[uuid.UUID]uuid.UUID, error) {
+	orders, ids := make([]int64, len(idx)), make([][16]byte, len(idx))
+	for k, i := range idx {
+		orders[k], ids[k] = evs[i].OrderID, evs[i].EventID
+	}
+	cctx, cancel := s.live(ctx)
+	defer cancel()
+	rows, err := s.db.Query(cctx, heldSQL, orders, ids, s.group)
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("read the deferred events holding %d orders: %w", len(idx), err))
+	}
+	out := map[uuid.UUID]uuid.UUID{}
+	var e, by [16]byte
+	_, err = pgx.ForEachRow(rows, []any{&e, &by}, func() error { out[e] = by; return nil })
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("read the deferred events holding %d orders: %w", len(idx), err))
+	}
+	return out, nil
 }

@@ -36,12 +36,18 @@ type Claim struct {
 // The claim statements run outside any transaction: each commits on its
 // own, before the provider is called. They sort their rows so concurrent
 // claims lock ledger rows in one order.
-const (
-	claimSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token)
+//
+// claimSQL does not claim an order that an event deferred before this one
+// holds (deferred.go, aheadSQL; $6 is the consumer group): that event is
+// decided first, and the lookup that follows says so (heldSQL).
+var claimSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token)
 SELECT o, e, c, a::numeric, now(), now(), 'pending', t
 FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[], $5::uuid[]) WITH ORDINALITY AS v(o, e, c, a, t, n)
+WHERE NOT EXISTS (` + ahead("$6", "v.o", "v.e") + `)
 ORDER BY o, n
 ON CONFLICT DO NOTHING RETURNING event_id`
+
+const (
 	// lookupSQL returns the rows that stopped a claim: the order's row,
 	// and the row of another order holding the event_id, if any.
 	lookupSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token, ` + ageColumn + ` FROM charge
@@ -163,7 +169,7 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 	}
 	cctx, cancel := s.live(ctx)
 	defer cancel()
-	rows, err := s.db.Query(cctx, claimSQL, orders, ids, customers, amounts, tokens)
+	rows, err := s.db.Query(cctx, claimSQL, orders, ids, customers, amounts, tokens, s.group)
 	if err != nil {
 		return todo, classifyDB(fmt.Errorf("claim %d orders: %w", len(todo), err))
 	}
@@ -195,6 +201,10 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 		row, found := existing.forEvent(ev)
 		switch v, outcome, err := decide(row, found, ev, s.claimBlockAfter); v {
 		case verdictReclaim:
+			if by, held := existing.heldBy[ev.EventID]; held {
+				out[i] = claimed{err: fault.Errorf(fault.Busy, "order %d is held for event %s, deferred before this one and decided first", ev.OrderID, by)}
+				continue
+			}
 			again = append(again, i)
 		case verdictCharge:
 			// Our own claim: created by this attempt when an earlier try of
@@ -214,10 +224,13 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 	return again, nil
 }
 
-// ledgerRows are the rows lookup found, by order and by event.
+// ledgerRows are the rows lookup found, by order and by event, and for
+// the events without a row for their order, the deferred event that holds
+// it, if one does.
 type ledgerRows struct {
 	byOrder map[int64]Claim
 	byEvent map[uuid.UUID]Claim
+	heldBy  map[uuid.UUID]uuid.UUID
 }
 
 // forEvent returns the row that decides ev: its event_id on another order
@@ -246,9 +259,20 @@ func (s *Service) lookup(ctx context.Context, evs []events.OrderConfirmed, idx [
 	if err != nil {
 		return ledgerRows{}, classifyDB(fmt.Errorf("read the ledger: %w", err))
 	}
-	l := ledgerRows{byOrder: map[int64]Claim{}, byEvent: map[uuid.UUID]Claim{}}
+	l := ledgerRows{byOrder: map[int64]Claim{}, byEvent: map[uuid.UUID]Claim{}, heldBy: map[uuid.UUID]uuid.UUID{}}
 	for _, c := range claims {
 		l.byOrder[c.OrderID], l.byEvent[c.EventID] = c, c
+	}
+	var unclaimed []int
+	for k, i := range idx {
+		if _, ok := l.byOrder[orders[k]]; !ok {
+			unclaimed = append(unclaimed, i)
+		}
+	}
+	if len(unclaimed) > 0 {
+		if l.heldBy, err = s.held(ctx, evs, unclaimed); err != nil {
+			return ledgerRows{}, err
+		}
 	}
 	return l, nil
 }

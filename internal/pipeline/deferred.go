@@ -17,7 +17,7 @@ import (
 // *billing.Service is one (billing/deferred.go says how it is stored).
 type Deferrer interface {
 	Defer(ctx context.Context, ev events.OrderConfirmed, rec billing.Record) (bool, error)
-	TakeDeferred(ctx context.Context, limit int, lease time.Duration) ([]billing.Deferred, error)
+	TakeDeferred(ctx context.Context, lease time.Duration) (billing.Deferred, bool, error)
 	FinishDeferred(ctx context.Context, d billing.Deferred) error
 	RetryDeferred(ctx context.Context, d billing.Deferred, after time.Duration, cause error) error
 }
@@ -28,7 +28,7 @@ const (
 	// dead-letter write) is bounded by deferredDecideTimeout, well inside.
 	deferredLease         = time.Minute
 	deferredDecideTimeout = 30 * time.Second
-	// deferredBatch is the most deferred events one pass takes up.
+	// deferredBatch is the most deferred events one pass decides.
 	deferredBatch = 100
 	// deferredRetryMax caps the backoff of a deferred event whose own
 	// charge stays unknown, as the parked claims' re-sends are capped.
@@ -94,17 +94,19 @@ func (h *Handler) RunDeferred(ctx context.Context, interval time.Duration, pause
 	}
 }
 
-// DecideDeferred makes one pass: it takes up the deferred events due and
-// decides each. Its error is the pass's (the database, a systemic answer);
-// an event that could not be decided yet is given back, not an error.
+// DecideDeferred makes one pass: it takes up the deferred events due, one
+// at a time (each lease covers one decision), up to deferredBatch, and
+// decides each. Its error is the pass's (the database, a systemic
+// answer); an event that could not be decided yet is given back, not an
+// error.
 func (h *Handler) DecideDeferred(ctx context.Context) error {
-	due, err := h.cfg.Deferrer.TakeDeferred(ctx, deferredBatch, deferredLease)
-	if err != nil {
-		return err
-	}
-	for _, d := range due {
+	for range deferredBatch {
+		d, ok, err := h.cfg.Deferrer.TakeDeferred(ctx, deferredLease)
+		if err != nil || !ok {
+			return err
+		}
 		dctx, cancel := context.WithTimeout(ctx, deferredDecideTimeout)
-		err := h.decide(dctx, d)
+		err = h.decide(dctx, d)
 		cancel()
 		if err != nil {
 			return err

@@ -14,6 +14,13 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 )
 
+// fakeRow is a deferred event of a fakeDeferrer, and whether a pass has
+// taken it.
+type fakeRow struct {
+	billing.Deferred
+	leased bool
+}
+
 // fakeDeferrer is a Deferrer in memory: Defer answers with a function, the
 // rows it stores are handed out by TakeDeferred, and it records what was
 // finished and retried.
@@ -21,7 +28,7 @@ type fakeDeferrer struct {
 	store func(ev events.OrderConfirmed) (bool, error)
 
 	mu       sync.Mutex
-	rows     []billing.Deferred
+	rows     []fakeRow
 	finished []billing.Deferred
 	retried  map[int64]time.Duration // order id → delay of its last retry
 }
@@ -30,21 +37,23 @@ func (f *fakeDeferrer) Defer(_ context.Context, ev events.OrderConfirmed, rec bi
 	ok, err := f.store(ev)
 	if ok && err == nil {
 		f.mu.Lock()
-		f.rows = append(f.rows, billing.Deferred{EventID: ev.EventID, OrderID: ev.OrderID, Record: rec})
+		f.rows = append(f.rows, fakeRow{Deferred: billing.Deferred{EventID: ev.EventID, OrderID: ev.OrderID, Record: rec}})
 		f.mu.Unlock()
 	}
 	return ok, err
 }
 
-func (f *fakeDeferrer) TakeDeferred(context.Context, int, time.Duration) ([]billing.Deferred, error) {
+func (f *fakeDeferrer) TakeDeferred(context.Context, time.Duration) (billing.Deferred, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]billing.Deferred, len(f.rows))
 	for i := range f.rows {
-		f.rows[i].Attempts++
-		out[i] = f.rows[i]
+		if !f.rows[i].leased {
+			f.rows[i].leased = true
+			f.rows[i].Attempts++
+			return f.rows[i].Deferred, true, nil
+		}
 	}
-	return out, nil
+	return billing.Deferred{}, false, nil
 }
 
 func (f *fakeDeferrer) FinishDeferred(_ context.Context, d billing.Deferred) error {
@@ -159,7 +168,7 @@ func TestDecideDeferred(t *testing.T) {
 			biller := &fakeBiller{process: func(context.Context, int, events.OrderConfirmed) (billing.Result, error) {
 				return billing.Result{Outcome: tc.outcome}, tc.answer
 			}}
-			deferrer := &fakeDeferrer{rows: []billing.Deferred{{EventID: id, OrderID: 1001, Record: recordOf(msg)}}}
+			deferrer := &fakeDeferrer{rows: []fakeRow{{Deferred: billing.Deferred{EventID: id, OrderID: 1001, Record: recordOf(msg)}}}}
 			env := newEnv(t, biller, nil, func(c *Config) {
 				c.ParkAfter, c.Parker, c.Deferrer = 30*time.Second, &fakeParker{}, deferrer
 			})
