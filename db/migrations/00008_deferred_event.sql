@@ -55,12 +55,14 @@ CREATE TABLE deferred_event (
     next_try_at    timestamptz NOT NULL DEFAULT now(),
     attempts       integer     NOT NULL DEFAULT 0,
     last_error     text,
-    -- One row per record: a redelivery of a deferred record finds its row.
-    UNIQUE (consumer_group, topic, kafka_partition, kafka_offset),
+    -- One row per record: a redelivery of a deferred record finds its row
+    -- (the event id too: a recreated topic reuses positions).
+    UNIQUE (consumer_group, topic, kafka_partition, kafka_offset, event_id),
     CHECK (cardinality(header_keys) = cardinality(header_values))
 );
 CREATE INDEX deferred_event_due ON deferred_event (consumer_group, next_try_at);
-CREATE INDEX deferred_event_order ON deferred_event (order_id, seq);
+-- The hold (claim statement) and the take look rows up by group and order.
+CREATE INDEX deferred_event_order ON deferred_event (consumer_group, order_id, seq);
 
 -- +goose Down
 DROP TABLE deferred_event;

@@ -75,9 +75,11 @@ var (
 	// deferSQL stores ev's record only while its order is held for
 	// another event — that event's claim pending or blocked, or that
 	// event deferred before — and answers true also when the same record
-	// (topic, partition, offset) was deferred before: a redelivery of a
-	// deferred record is committed as deferred, never stored twice. The
-	// outer SELECT sees the rows as they were before the INSERT.
+	// (topic, partition, offset, event and bytes) was deferred before: a
+	// redelivery of a deferred record is committed as deferred, never
+	// stored twice. Other bytes at the same place are not stored (false:
+	// the event keeps waiting), never taken for stored. The outer SELECT
+	// sees the rows as they were before the INSERT.
 	deferSQL = `WITH ins AS (
   INSERT INTO deferred_event (consumer_group, event_id, order_id, waits_for, topic, kafka_partition, kafka_offset,
     record_key, record_value, header_keys, header_values, record_time)
@@ -85,8 +87,9 @@ var (
     SELECT c.event_id FROM charge c WHERE c.order_id = $3 AND c.status IN ('pending', 'blocked') AND c.event_id <> $2
     UNION ALL (` + ahead("$1", "$3", "$2") + `)
     LIMIT 1) w
-  ON CONFLICT (consumer_group, topic, kafka_partition, kafka_offset) DO NOTHING RETURNING 1)
-SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM deferred_event WHERE consumer_group = $1 AND topic = $4 AND kafka_partition = $5 AND kafka_offset = $6)`
+  ON CONFLICT (consumer_group, topic, kafka_partition, kafka_offset, event_id) DO NOTHING RETURNING 1)
+SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM deferred_event WHERE consumer_group = $1 AND topic = $4
+  AND kafka_partition = $5 AND kafka_offset = $6 AND event_id = $2 AND record_value = $8)`
 	// takeDeferredSQL leases, for $2 milliseconds, one of the group's due
 	// rows whose order is held neither by another event's unsettled claim
 	// (pending, or blocked: that waits for an operator) nor by a row

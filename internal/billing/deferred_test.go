@@ -591,3 +591,30 @@ func TestEachDecisionHasItsOwnLease(t *testing.T) {
 		t.Fatalf("%d dead letters, %d rows left; want 2 (one per event), none", n, e.deferredRows(t))
 	}
 }
+
+// Another event deferred at a deferred record's place (a topic deleted and
+// recreated under its name reuses offsets) is stored in a row of its own,
+// never taken for the record already there. (The second review found
+// Defer answering "stored" for it while nothing was: the event lost.)
+func TestDeferOfAnotherEventAtTheSamePlace(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	ctx := context.Background()
+	a, b := pair(77031, byCharge)
+	e.pendingClaim(t, a, paysim.Faults{ErrorRate: 1})
+	if ok, err := e.svc.Defer(ctx, b, recordOf(b)); err != nil || !ok {
+		t.Fatalf("Defer = %v, %v; want true", ok, err)
+	}
+	c := event(77031, 1500)
+	rec := recordOf(c)
+	rec.Offset = recordOf(b).Offset
+	if ok, err := e.svc.Defer(ctx, c, rec); err != nil || !ok {
+		t.Fatalf("Defer of another event at b's place = %v, %v; want true", ok, err)
+	}
+	var rows int
+	if err := e.pool.QueryRow(ctx, "SELECT count(*) FROM deferred_event WHERE event_id = $1", [16]byte(c.EventID)).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("rows of the other event: %d, %v; want 1", rows, err)
+	}
+	e.completePass(t, 2*time.Minute)
+	e.decideAll(t, deciderOf(t, e.svc, &dlqRecorder{}))
+	e.assertChargedOnce(t, a)
+}
