@@ -132,6 +132,18 @@ func classify(status int) fault.Kind {
 	return fault.Transient
 }
 
+// refused is the error of a non-2xx answer: its status, kind, Retry-After
+// header and the first bytes of its body (for the code).
+func refused(status int, retryAfter string, body []byte) error {
+	e := &Error{
+		Status:     status,
+		Kind:       classify(status),
+		RetryAfter: parseRetryAfter(retryAfter),
+		Code:       errorCode(body),
+	}
+	return e.wrap()
+}
+
 // parseRetryAfter reads a Retry-After header given in delta-seconds.
 func parseRetryAfter(h string) time.Duration {
 	h = strings.TrimSpace(h)
