@@ -105,8 +105,17 @@ func BenchmarkCharge(b *testing.B) {
 		{"raw", rawProvider},
 		{"httptest", func(*testing.B) string { return srv.URL }},
 	} {
-		b.Run(p.name, func(b *testing.B) {
-			c, err := New(Config{BaseURL: p.url(b), Token: testToken, Timeout: 5 * time.Second, MaxConns: 4})
+		for _, e := range engines {
+			b.Run(p.name+"/"+string(e), func(b *testing.B) { benchmarkCharge(b, e, p.url(b)) })
+		}
+	}
+}
+
+// benchmarkCharge is BenchmarkCharge of one engine and provider.
+func benchmarkCharge(b *testing.B, e Engine, url string) {
+	{
+		{
+			c, err := New(Config{Engine: e, BaseURL: url, Token: testToken, Timeout: 5 * time.Second, MaxConns: 4})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -138,6 +147,6 @@ func BenchmarkCharge(b *testing.B) {
 				b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
 				b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
 			})
-		})
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -72,9 +73,9 @@ func newFastClient(cfg Config, endpoint *url.URL, tlsCfg *tls.Config, connect ti
 		MaxConnWaitTimeout:  cfg.Timeout,
 		MaxIdleConnDuration: 10 * time.Second,
 		ReadBufferSize:      fastReadBuffer,
-		// A 2xx body past the limit is still a success without a charge
-		// id, as in the NetHTTP engine (see fastClient.answer).
-		MaxResponseBodySize:           maxResponseBody,
+		// The body is read by fastClient.answer within the limits, as in
+		// the NetHTTP engine: a 2xx body past the limit is still a success.
+		StreamResponseBody:            true,
 		DisablePathNormalizing:        true,
 		DisableHeaderNamesNormalizing: false,
 		SecureErrorLogMessage:         true,
@@ -221,27 +222,49 @@ func (f *fastClient) build(c *Client, traceCtx context.Context, req *fasthttp.Re
 }
 
 // answer classifies what DoDeadline left in resp and err, as the NetHTTP
-// engine's do does with net/http's answer.
+// engine's do does with net/http's answer: err is an error before the
+// status line and headers were read; the body is streamed and read
+// within the same limits, so that a body cut off after the status is
+// judged as there (a refusal stays a refusal, an acceptance without its
+// body is an unknown outcome).
 func (f *fastClient) answer(c *Client, ctx context.Context, resp *fasthttp.Response, err error, deadline time.Time) (Result, string, error) {
-	tooLarge := errors.Is(err, fasthttp.ErrBodyTooLarge) // the headers were read
-	if err != nil && !tooLarge {
-		timedOut := errors.Is(err, fasthttp.ErrTimeout) || !time.Now().Before(deadline)
-		return Result{}, "error", c.noAnswer(ctx, timedOut, err)
+	if err != nil {
+		return Result{}, "error", c.noAnswer(ctx, fastTimedOut(err, deadline), err)
 	}
+	body := resp.BodyStream()
+	if body == nil { // no body at all (204, HEAD-like answers)
+		body = strings.NewReader("")
+	}
+	buf := getBuffer()
+	defer func() {
+		// Drained so the connection is reused; past the limit, closing the
+		// stream drops the connection instead.
+		drain(body, maxResponseBody, buf)
+		_ = resp.CloseBodyStream()
+		putBuffer(buf)
+	}()
 	status := resp.StatusCode()
 	code := c.code(status)
-	var body []byte
-	if !tooLarge {
-		body = resp.Body()
-	}
 	if status < 200 || status > 299 {
-		return Result{}, code, refused(status, string(resp.Header.Peek("Retry-After")), body[:min(len(body), maxErrorBody)])
+		b, _ := readAtMost(body, maxErrorBody, buf) // the status decides; the body only adds a code
+		return Result{}, code, refused(status, string(resp.Header.Peek("Retry-After")), b)
 	}
 	res := Result{Status: status, Replayed: strings.EqualFold(string(resp.Header.Peek("Idempotent-Replayed")), "true")}
-	if !tooLarge {
-		res.ChargeID = chargeID(body)
+	b, err := readAtMost(body, maxResponseBody+1, buf)
+	if err != nil {
+		// As in the NetHTTP engine: charged, but the answer broke off.
+		return Result{}, "error", c.noAnswer(ctx, fastTimedOut(err, deadline), fmt.Errorf("reading %d answer: %w", status, err))
+	}
+	if len(b) <= maxResponseBody {
+		res.ChargeID = chargeID(b)
 	}
 	return res, code, nil
+}
+
+// fastTimedOut reports whether err ended the attempt at its deadline.
+func fastTimedOut(err error, deadline time.Time) bool {
+	var timeout interface{ Timeout() bool }
+	return errors.As(err, &timeout) && timeout.Timeout() || !time.Now().Before(deadline)
 }
 
 // fastCarrier is a propagation.TextMapCarrier over a fasthttp request's
