@@ -3,6 +3,9 @@
 // the answer into a fault.Kind that tells the caller whether to record the
 // charge, retry, pause or dead-letter the event.
 //
+// The HTTP library is Config.Engine's: net/http or fasthttp, with the same
+// promises (and the same tests, run against both).
+//
 // Charging exactly once rests on the caller retrying with the same Charge:
 // the same Idempotency-Key and byte-identical body let the provider replay
 // its stored answer instead of charging again. Whenever the outcome of an

@@ -43,7 +43,8 @@ type Error struct {
 	Err error
 	// Conns is how many connections the request was handed to: more than
 	// one when net/http replayed it after a reused connection died, 0 when
-	// none was had (the dial or the TLS handshake failed). Set by
+	// none was had (the dial or the TLS handshake failed). The FastHTTP
+	// engine never replays: 1 whenever a connection was had. Set by
 	// Client.Charge; see NotTaken.
 	Conns int
 }

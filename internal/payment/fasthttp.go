@@ -152,8 +152,11 @@ func (call *fastCall) release() {
 }
 
 // charge is one attempt of Charge on the FastHTTP engine; deadline is the
-// attempt's. When ctx is cancelled first, Charge returns at once and the
-// request runs on until its answer or its deadline, unseen.
+// attempt's. When ctx is cancelled before the answer's headers, Charge
+// returns at once (Transient, ctx's error) and the request runs on until
+// its answer or its deadline, unseen; the body, read after, is bounded by
+// the deadline alone. A context that cannot be cancelled costs no
+// goroutine.
 func (f *fastClient) charge(c *Client, ctx context.Context, ch Charge, deadline time.Time) (Result, string, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, "error", c.noAnswer(ctx, false, err)
