@@ -227,7 +227,7 @@ func TestNoAnswerAfterTheRequestLeftIsNeverNotTaken(t *testing.T) {
 // replays and counts it.) The same scenario with fasthttp's retries
 // switched on shows the re-send this test exists to catch.
 func TestKeepAliveClosedBeforeReuseIsNotResent(t *testing.T) {
-	scenario := func(t *testing.T, c *Client, p *scriptedProvider) (error, int) {
+	scenario := func(t *testing.T, c *Client, p *scriptedProvider) (int, error) {
 		t.Helper()
 		if _, err := c.Charge(t.Context(), testCharge()); err != nil {
 			t.Fatalf("warm-up: %v", err)
@@ -239,7 +239,7 @@ func TestKeepAliveClosedBeforeReuseIsNotResent(t *testing.T) {
 		}
 		ch := secondCharge()
 		_, err := c.Charge(t.Context(), ch)
-		return err, p.copies(ch.IdempotencyKey)
+		return p.copies(ch.IdempotencyKey), err
 	}
 	script := func(conn, i int) scriptAction {
 		if conn == 0 {
@@ -250,7 +250,7 @@ func TestKeepAliveClosedBeforeReuseIsNotResent(t *testing.T) {
 	forEachClient(t, func(t *testing.T) {
 		p := startScripted(t, nil, script)
 		c := newClient(t, p.url, nil)
-		err, copies := scenario(t, c, p)
+		copies, err := scenario(t, c, p)
 		e := checkNotTaken(t, err, copies)
 		if engineOf(t) == FastHTTP {
 			if e == nil || e.Kind != fault.Transient || e.Status != 0 || e.Conns != 1 || e.NotTaken() || copies != 0 {
@@ -272,7 +272,7 @@ func TestKeepAliveClosedBeforeReuseIsNotResent(t *testing.T) {
 		t.Cleanup(c.CloseIdleConnections)
 		c.fast.hc.MaxIdemponentCallAttempts = 2
 		c.fast.hc.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, true }
-		err, copies := scenario(t, c, p)
+		copies, err := scenario(t, c, p)
 		if err != nil || copies != 1 {
 			t.Errorf("with retries on: %v, %d copies; want fasthttp's silent re-send to succeed (else this test cannot catch one)", err, copies)
 		}
