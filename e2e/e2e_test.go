@@ -104,7 +104,15 @@ func newWorldFor(t *testing.T, bin string, brokers []string, dbURL string, parti
 	return w
 }
 
+// EnvPaymentClient, when set, is the BILLING_PAYMENT_CLIENT of every
+// consumer the suite starts, so that it can be run against either payment
+// client (unset: the binary's default).
+const EnvPaymentClient = "BILLING_TEST_PAYMENT_CLIENT"
+
 func (w *world) env(extra ...string) []string {
+	if c := os.Getenv(EnvPaymentClient); c != "" {
+		extra = append([]string{"BILLING_PAYMENT_CLIENT=" + c}, extra...)
+	}
 	return append([]string{
 		"BILLING_KAFKA_BROKERS=" + strings.Join(w.brokers, ","),
 		"BILLING_KAFKA_TOPIC=" + w.topic,

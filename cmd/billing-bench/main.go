@@ -47,6 +47,8 @@ type mode struct {
 	env  []string // BILLING_* settings on top of the common ones
 	// sequential runs are time-boxed: the backlog is not meant to drain.
 	sequential bool
+	// tls serves the simulator over TLS (tlsprovider.go).
+	tls bool
 }
 
 var modes = []mode{

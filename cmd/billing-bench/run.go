@@ -38,7 +38,8 @@ type bench struct {
 	out        io.Writer
 	firstOrder int64 // next free order id; fresh per invocation (from the clock)
 	svc        services
-	prof       *profiler // nil unless -profile
+	prof       *profiler    // nil unless -profile
+	tlsProv    *tlsProvider // made by the first tls mode (tlsprovider.go)
 }
 
 // bin is the binary of result r: the one under test, or the -baseline one.
@@ -135,16 +136,27 @@ func (b *bench) newPhase(ctx context.Context, m mode, latency time.Duration, kin
 		return nil, err
 	}
 	p.srv = &http.Server{Handler: p.sim, ReadHeaderTimeout: 5 * time.Second}
-	go p.srv.Serve(ln) //nolint:errcheck // ends with Close
+	scheme, provider := "http", []string(nil)
+	if m.tls {
+		t, err := b.providerTLS()
+		if err != nil {
+			_ = ln.Close()
+			return nil, err
+		}
+		scheme, provider, p.srv.TLSConfig = "https", []string{"BILLING_PAYMENT_CA_FILE=" + t.caFile}, t.serverConfig()
+		go p.srv.ServeTLS(ln, "", "") //nolint:errcheck // ends with Close
+	} else {
+		go p.srv.Serve(ln) //nolint:errcheck // ends with Close
+	}
 	p.env = append([]string{
 		"BILLING_KAFKA_BROKERS=" + strings.Join(b.o.brokers, ","),
 		"BILLING_KAFKA_TOPIC=" + p.topic,
 		"BILLING_KAFKA_GROUP_ID=" + p.group,
 		"BILLING_KAFKA_DLQ_TOPIC=" + dlqTopic,
 		"BILLING_DATABASE_URL=" + dbURL,
-		"BILLING_PAYMENT_URL=http://" + ln.Addr().String(),
+		"BILLING_PAYMENT_URL=" + scheme + "://" + ln.Addr().String(),
 		"BILLING_KAFKA_LAG_INTERVAL=1s",
-	}, append(m.env, b.prof.env()...)...)
+	}, slices.Concat(provider, phaseEnv(m, baseline), b.prof.env())...)
 	return p, nil
 }
 

@@ -35,6 +35,9 @@ func (b *bench) measureAll(ctx context.Context, rep *report) error {
 			}
 		}
 	}
+	if err := b.measureClients(ctx, rep); err != nil {
+		return err
+	}
 	if !o.skipSweep && o.selected("sweep") {
 		var err error
 		if rep.sweep, err = b.runSweep(ctx); err != nil {

@@ -43,6 +43,7 @@ type config struct {
 	PaymentToken     string        `split_words:"true" secret:"true" desc:"bearer token for the payment provider (optional; or BILLING_PAYMENT_TOKEN_FILE)"`
 	PaymentTokenFile string        `split_words:"true" desc:"file holding BILLING_PAYMENT_TOKEN (a mounted secret)"`
 	PaymentTimeout   time.Duration `split_words:"true" default:"10s" desc:"timeout of one payment request, body included"`
+	PaymentClient    string        `split_words:"true" default:"nethttp" desc:"HTTP client library of the payment calls: nethttp (net/http: HTTP/1.1 or HTTP/2, honours HTTPS_PROXY) or fasthttp (HTTP/1.1 only, less CPU per charge, no proxy); both make one attempt per charge, never re-send it on their own, and classify answers alike"`
 
 	Concurrency            int           `split_words:"true" default:"1024" desc:"events processed at once by this instance, across partitions; events with the same record key always run one at a time, in order. 1 with BILLING_KAFKA_COMMIT_INTERVAL=0 is the sequential mode"`
 	PartitionWindow        int           `split_words:"true" default:"1024" desc:"records of one partition fetched but not yet committable; a full window pauses fetching (bounds memory)"`

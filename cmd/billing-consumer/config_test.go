@@ -121,6 +121,8 @@ func TestConfigErrors(t *testing.T) {
 		{"payment URL without host", map[string]string{"BILLING_PAYMENT_URL": "https://"}, "BILLING_PAYMENT_URL"},
 		{"payment URL unparsable", map[string]string{"BILLING_PAYMENT_URL": "http://[::1"}, "BILLING_PAYMENT_URL"},
 		{"payment timeout zero", map[string]string{"BILLING_PAYMENT_TIMEOUT": "0s"}, "BILLING_PAYMENT_TIMEOUT"},
+		{"payment client unknown", map[string]string{"BILLING_PAYMENT_CLIENT": "curl"}, "BILLING_PAYMENT_CLIENT"},
+		{"payment client in capitals", map[string]string{"BILLING_PAYMENT_CLIENT": "FastHTTP"}, "BILLING_PAYMENT_CLIENT"},
 		{"attempts zero", map[string]string{"BILLING_MAX_ATTEMPTS": "0"}, "BILLING_MAX_ATTEMPTS"},
 		{"attempts too many", map[string]string{"BILLING_MAX_ATTEMPTS": "101"}, "BILLING_MAX_ATTEMPTS"},
 		{"attempts not a number", map[string]string{"BILLING_MAX_ATTEMPTS": "eight"}, "BILLING_MAX_ATTEMPTS"},

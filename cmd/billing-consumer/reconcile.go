@@ -92,6 +92,7 @@ func reconcileCharger(cfg config, dryRun bool) (billing.Charger, func(), error) 
 		return nil, nil, err
 	}
 	payer, err := payment.New(payment.Config{
+		Engine:  payment.Engine(cfg.PaymentClient),
 		BaseURL: cfg.PaymentURL, Token: cfg.PaymentToken, Timeout: cfg.PaymentTimeout,
 		Proxy: http.ProxyFromEnvironment, TLS: payTLS,
 	})

@@ -222,8 +222,15 @@ func TestSecurityVariableNames(t *testing.T) {
 
 // BILLING_PAYMENT_CA_FILE makes an https provider signed by a private CA
 // trusted; without it the same provider fails as Systemic (a pause, never
-// a dead letter), and it is refused for an http URL.
+// a dead letter), and it is refused for an http URL. Both clients of
+// BILLING_PAYMENT_CLIENT are checked.
 func TestPaymentCAFile(t *testing.T) {
+	for _, client := range []string{"nethttp", "fasthttp"} {
+		t.Run(client, func(t *testing.T) { testPaymentCAFile(t, client) })
+	}
+}
+
+func testPaymentCAFile(t *testing.T, client string) {
 	var hits int
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits++
@@ -236,7 +243,7 @@ func TestPaymentCAFile(t *testing.T) {
 
 	charge := func(env map[string]string) error {
 		t.Helper()
-		setEnv(t, validEnv, map[string]string{"BILLING_PAYMENT_URL": srv.URL}, env)
+		setEnv(t, validEnv, map[string]string{"BILLING_PAYMENT_URL": srv.URL, "BILLING_PAYMENT_CLIENT": client}, env)
 		cfg, err := loadAndValidate()
 		if err != nil {
 			t.Fatal(err)
@@ -245,7 +252,7 @@ func TestPaymentCAFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := payment.New(payment.Config{BaseURL: cfg.PaymentURL, Timeout: 5 * time.Second, TLS: tlsCfg})
+		c, err := payment.New(payment.Config{Engine: payment.Engine(cfg.PaymentClient), BaseURL: cfg.PaymentURL, Timeout: 5 * time.Second, TLS: tlsCfg})
 		if err != nil {
 			t.Fatal(err)
 		}

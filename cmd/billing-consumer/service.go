@@ -119,6 +119,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		return nil, err
 	}
 	payer, err := payment.New(payment.Config{
+		Engine:  payment.Engine(cfg.PaymentClient),
 		BaseURL: cfg.PaymentURL, Token: cfg.PaymentToken, Authorization: auth, Timeout: cfg.PaymentTimeout, MaxConns: cfg.Concurrency,
 		Observe: observe, Proxy: http.ProxyFromEnvironment, TLS: payTLS,
 		Propagator: propagator, Tracer: tracer,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"regexp"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billing-consumer/billing-consumer/internal/payment"
 )
 
 // validate checks the settings a command uses and returns every problem:
@@ -159,6 +162,7 @@ func (c config) validatePayment(v problem) {
 	if c.PaymentTimeout <= 0 {
 		v("PAYMENT_TIMEOUT", "must be positive, got %s", c.PaymentTimeout)
 	}
+	c.validatePaymentClient(v, u)
 	if c.MaxAttempts < 1 || c.MaxAttempts > 100 {
 		v("MAX_ATTEMPTS", "must be between 1 and 100, got %d", c.MaxAttempts)
 	}
@@ -289,4 +293,24 @@ func readable(v problem, name, path string) {
 		return
 	}
 	_ = f.Close()
+}
+
+// validatePaymentClient checks BILLING_PAYMENT_CLIENT; u is the parsed
+// BILLING_PAYMENT_URL (nil when it does not parse). The fasthttp client
+// dials the provider directly, so a proxy the environment selects for the
+// URL (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) stops startup rather than being
+// bypassed.
+func (c config) validatePaymentClient(v problem, u *url.URL) {
+	switch c.PaymentClient {
+	case string(payment.NetHTTP):
+	case string(payment.FastHTTP):
+		if u == nil || u.Host == "" {
+			return
+		}
+		if p, err := http.ProxyFromEnvironment(&http.Request{URL: u}); err != nil || p != nil {
+			v("PAYMENT_CLIENT", "fasthttp cannot use the proxy that HTTPS_PROXY/HTTP_PROXY select for BILLING_PAYMENT_URL; use nethttp, or exempt the provider in NO_PROXY")
+		}
+	default:
+		v("PAYMENT_CLIENT", "must be nethttp or fasthttp, got %q", c.PaymentClient)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // chargeIDBodies are 2xx answers around the edges of scanChargeID's flat
@@ -115,37 +116,39 @@ func TestReadAtMost(t *testing.T) {
 // with bodies), since every answer is read and drained before it is
 // closed.
 func TestChargeReusesConnection(t *testing.T) {
-	var conns, n atomic.Int32
-	answers := []struct {
-		status int
-		body   string
-	}{
-		{200, `{"charge_id":"ch_1"}`}, {201, `{"charge_id":"ch_2","meta":{"a":[1]}}`}, {204, ""},
-		{503, `{"error":{"code":"unavailable"}}`}, {409, strings.Repeat(" ", 100<<10)},
-		{200, `{"charge_id":"ch_3","pad":"` + strings.Repeat("x", 200<<10) + `"}`}, {402, `{"error":{"code":"card_declined"}}`},
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		a := answers[int(n.Add(1)-1)%len(answers)]
-		w.WriteHeader(a.status)
-		_, _ = io.WriteString(w, a.body)
-	}))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
+	forEachClient(t, func(t *testing.T) {
+		var conns, n atomic.Int32
+		answers := []struct {
+			status int
+			body   string
+		}{
+			{200, `{"charge_id":"ch_1"}`}, {201, `{"charge_id":"ch_2","meta":{"a":[1]}}`}, {204, ""},
+			{503, `{"error":{"code":"unavailable"}}`}, {409, strings.Repeat(" ", 100<<10)},
+			{200, `{"charge_id":"ch_3","pad":"` + strings.Repeat("x", 200<<10) + `"}`}, {402, `{"error":{"code":"card_declined"}}`},
 		}
-	}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	c := newClient(t, srv.URL, nil)
-	for i := range 3 * len(answers) {
-		ch := testCharge()
-		ch.IdempotencyKey = fmt.Sprintf("key-%d", i)
-		_, _ = c.Charge(t.Context(), ch)
-	}
-	if got := conns.Load(); got != 1 {
-		t.Errorf("%d attempts opened %d connections, want 1", n.Load(), got)
-	}
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			a := answers[int(n.Add(1)-1)%len(answers)]
+			w.WriteHeader(a.status)
+			_, _ = io.WriteString(w, a.body)
+		}))
+		srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		}
+		srv.Start()
+		t.Cleanup(srv.Close)
+		c := newClient(t, srv.URL, nil)
+		for i := range 3 * len(answers) {
+			ch := testCharge()
+			ch.IdempotencyKey = fmt.Sprintf("key-%d", i)
+			_, _ = c.Charge(t.Context(), ch)
+		}
+		if got := conns.Load(); got != 1 {
+			t.Errorf("%d attempts opened %d connections, want 1", n.Load(), got)
+		}
+	})
 }
 
 // writeCounter counts the writes made on the connections it dials.
@@ -162,30 +165,48 @@ func (w writeCounter) Write(p []byte) (int, error) {
 // TestChargeOneWritePerRequest checks that headers and body leave in one
 // write: net/http flushes the headers on their own unless it knows the
 // body is in memory (io.NopCloser of a *bytes.Reader), which would cost
-// every attempt a second syscall.
+// every attempt a second syscall; fasthttp writes through one buffer.
 func TestChargeOneWritePerRequest(t *testing.T) {
-	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		_, _ = io.WriteString(w, `{"charge_id":"ch_1"}`)
-	}))
-	c := newClient(t, srv.URL, nil)
+	forEachClient(t, func(t *testing.T) {
+		srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			_, _ = io.WriteString(w, `{"charge_id":"ch_1"}`)
+		}))
+		c := newClient(t, srv.URL, nil)
+		var writes atomic.Int32
+		wrapConns(c, func(conn net.Conn) net.Conn { return writeCounter{conn, &writes} })
+		const attempts = 5
+		for range attempts {
+			if _, err := c.Charge(t.Context(), testCharge()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := writes.Load(); n != attempts {
+			t.Errorf("%d attempts made %d writes, want one each", attempts, n)
+		}
+	})
+}
+
+// wrapConns makes c's engine pass every connection it dials through wrap.
+func wrapConns(c *Client, wrap func(net.Conn) net.Conn) {
+	if c.fast != nil {
+		dial := c.fast.hc.DialTimeout
+		c.fast.hc.DialTimeout = func(addr string, timeout time.Duration) (net.Conn, error) {
+			conn, err := dial(addr, timeout)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(conn), nil
+		}
+		return
+	}
 	tr := c.http.Transport.(*http.Transport)
 	dial := tr.DialContext
-	var writes atomic.Int32
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return writeCounter{conn, &writes}, nil
-	}
-	const attempts = 5
-	for range attempts {
-		if _, err := c.Charge(t.Context(), testCharge()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := writes.Load(); n != attempts {
-		t.Errorf("%d attempts made %d writes, want one each", attempts, n)
+		return wrap(conn), nil
 	}
 }

@@ -2,6 +2,8 @@ package payment
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
@@ -98,15 +100,32 @@ func BenchmarkCharge(b *testing.B) {
 		_, _ = io.WriteString(w, `{"charge_id":"ch_1"}`)
 	}))
 	b.Cleanup(srv.Close)
+	tlsSrv := httptest.NewUnstartedServer(srv.Config.Handler)
+	tlsSrv.EnableHTTP2 = true // offered as a real provider offers it: net/http takes it, fasthttp cannot
+	tlsSrv.StartTLS()
+	b.Cleanup(tlsSrv.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(tlsSrv.Certificate())
 	for _, p := range []struct {
 		name string
 		url  func(*testing.B) string
+		tls  *tls.Config
 	}{
-		{"raw", rawProvider},
-		{"httptest", func(*testing.B) string { return srv.URL }},
+		{"raw", rawProvider, nil},
+		{"httptest", func(*testing.B) string { return srv.URL }, nil},
+		{"httptest-tls", func(*testing.B) string { return tlsSrv.URL }, &tls.Config{RootCAs: roots}},
 	} {
-		b.Run(p.name, func(b *testing.B) {
-			c, err := New(Config{BaseURL: p.url(b), Token: testToken, Timeout: 5 * time.Second, MaxConns: 4})
+		for _, e := range engines {
+			b.Run(p.name+"/"+string(e), func(b *testing.B) { benchmarkCharge(b, e, p.url(b), p.tls) })
+		}
+	}
+}
+
+// benchmarkCharge is BenchmarkCharge of one engine and provider.
+func benchmarkCharge(b *testing.B, e Engine, url string, tlsCfg *tls.Config) {
+	{
+		{
+			c, err := New(Config{Engine: e, BaseURL: url, Token: testToken, Timeout: 5 * time.Second, MaxConns: 4, TLS: tlsCfg})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -138,6 +157,6 @@ func BenchmarkCharge(b *testing.B) {
 				b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
 				b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
 			})
-		})
+		}
 	}
 }

@@ -3,6 +3,9 @@
 // the answer into a fault.Kind that tells the caller whether to record the
 // charge, retry, pause or dead-letter the event.
 //
+// The HTTP library is Config.Engine's: net/http or fasthttp, with the same
+// promises (and the same tests, run against both).
+//
 // Charging exactly once rests on the caller retrying with the same Charge:
 // the same Idempotency-Key and byte-identical body let the provider replay
 // its stored answer instead of charging again. Whenever the outcome of an
@@ -17,7 +20,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -44,8 +46,27 @@ const (
 	maxConnectTimeout = 10 * time.Second
 )
 
+// Engine is the HTTP client library a Client sends charges with. Both keep
+// the same promises (one attempt per Charge, no replay of their own, the
+// same classification, deadline, limits, TLS, token, trace and metrics);
+// they differ in CPU per request and in what they support around it.
+type Engine string
+
+const (
+	// NetHTTP is net/http's Transport: HTTP/1.1 or HTTP/2 (negotiated over
+	// TLS), a proxy from Config.Proxy. It replays a request on its own when
+	// a reused connection dies (see sends.go), which Error.Conns reports.
+	NetHTTP Engine = "nethttp"
+	// FastHTTP is github.com/valyala/fasthttp's HostClient, HTTP/1.1 only,
+	// with its retries switched off: exactly one connection per attempt
+	// (fasthttp.go). It refuses a Config.Proxy that selects a proxy.
+	FastHTTP Engine = "fasthttp"
+)
+
 // Config configures a Client. BaseURL and Timeout are required.
 type Config struct {
+	// Engine selects the HTTP client library; "" means NetHTTP.
+	Engine Engine
 	// BaseURL is the provider's absolute http or https URL, optionally with
 	// a path prefix; a trailing slash is tolerated. It must not carry
 	// credentials (use Token), a query or a fragment.
@@ -87,9 +108,12 @@ type Config struct {
 }
 
 // Client posts charges to the provider. It is safe for concurrent use by
-// multiple goroutines and should be shared: it owns one http.Client whose
-// connection pool is sized by Config.MaxConns.
+// multiple goroutines and should be shared: it owns one connection pool
+// (an http.Client's or a fasthttp.HostClient's) sized by Config.MaxConns.
 type Client struct {
+	// fast is the FastHTTP engine; nil for NetHTTP, which uses template
+	// and http.
+	fast *fastClient
 	// template is the request every attempt copies: method, URL (shared,
 	// never modified) and protocol. Header, Body, GetBody and ContentLength
 	// are the attempt's own.
@@ -152,6 +176,38 @@ func New(cfg Config) (*Client, error) {
 		}
 	}
 	connect := min(cfg.Timeout, maxConnectTimeout)
+	c := &Client{
+		jsonType:   []string{"application/json"},
+		timeout:    cfg.Timeout,
+		observe:    cfg.Observe,
+		propagator: cfg.Propagator,
+		tracer:     cfg.Tracer,
+		path:       "/" + strings.TrimPrefix(endpoint.EscapedPath(), "/"),
+	}
+	switch cfg.Engine {
+	case "", NetHTTP:
+		err = c.setupNetHTTP(cfg, endpoint, tlsCfg, connect, maxConns)
+	case FastHTTP:
+		c.fast, err = newFastClient(cfg, endpoint, tlsCfg, connect, maxConns)
+	default:
+		err = errors.New("payment: unknown client engine (want nethttp or fasthttp)")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Token != "" {
+		c.auth = []string{"Bearer " + cfg.Token}
+	}
+	c.authorization = cfg.Authorization
+	for i := range c.codes {
+		c.codes[i] = strconv.Itoa(100 + i)
+	}
+	return c, nil
+}
+
+// setupNetHTTP builds the NetHTTP engine: the Transport and the request
+// template.
+func (c *Client) setupNetHTTP(cfg Config, endpoint *url.URL, tlsCfg *tls.Config, connect time.Duration, maxConns int) error {
 	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
 	// No ResponseHeaderTimeout: the attempt's context deadline in Charge
 	// bounds the whole attempt, headers and body, and is the one timer a
@@ -172,33 +228,18 @@ func New(cfg Config) (*Client, error) {
 	// Built as every request used to be, so its URL, Host and protocol are
 	// exactly NewRequest's.
 	template, err := http.NewRequest(http.MethodPost, endpoint.String(), nil)
-	if err != nil { // endpoint was validated above: a bug
-		return nil, fmt.Errorf("payment: building the request: %w", err)
+	if err != nil { // endpoint was validated in New: a bug
+		return fmt.Errorf("payment: building the request: %w", err)
 	}
-	c := &Client{
-		template:   template,
-		jsonType:   []string{"application/json"},
-		timeout:    cfg.Timeout,
-		observe:    cfg.Observe,
-		propagator: cfg.Propagator,
-		tracer:     cfg.Tracer,
-		path:       "/" + strings.TrimPrefix(endpoint.EscapedPath(), "/"),
-		http: &http.Client{
-			Transport: transport,
-			// No Client.Timeout: the per-attempt context in Charge covers
-			// the whole attempt including the body, and lets us tell our
-			// timeout apart from the caller's cancellation.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+	c.template = template
+	c.http = &http.Client{
+		Transport: transport,
+		// No Client.Timeout: the per-attempt context in Charge covers
+		// the whole attempt including the body, and lets us tell our
+		// timeout apart from the caller's cancellation.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	if cfg.Token != "" {
-		c.auth = []string{"Bearer " + cfg.Token}
-	}
-	c.authorization = cfg.Authorization
-	for i := range c.codes {
-		c.codes[i] = strconv.Itoa(100 + i)
-	}
-	return c, nil
+	return nil
 }
 
 // chargeURL validates the base URL and joins the charge path to it.
@@ -241,7 +282,13 @@ func clientTLS(cfg *tls.Config) (*tls.Config, error) {
 
 // CloseIdleConnections closes the pooled idle connections; call it at
 // shutdown after the last Charge. It is safe for concurrent use.
-func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+func (c *Client) CloseIdleConnections() {
+	if c.fast != nil {
+		c.fast.hc.CloseIdleConnections()
+		return
+	}
+	c.http.CloseIdleConnections()
+}
 
 // Charge makes one attempt to take ch and never retries by itself: the
 // caller retries with the same ch. Concurrent calls are safe.
@@ -272,19 +319,16 @@ func (c *Client) Charge(ctx context.Context, ch Charge) (Result, error) {
 		ctx, span = c.startSpan(ctx)
 		defer span.End()
 	}
-	// The attempt's one deadline: it covers waiting for a connection,
-	// sending, the answer's headers and reading its body.
-	attemptCtx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	sent := newSends()
-	attemptCtx = httptrace.WithClientTrace(attemptCtx, &sent.trace)
-	req := c.request(attemptCtx, ctx, ch)
-
 	start := time.Now()
-	res, code, err := c.do(ctx, attemptCtx, req)
-	var pe *Error
-	if errors.As(err, &pe) {
-		pe.Conns = int(sent.conns.Load())
+	var (
+		res  Result
+		code string
+		err  error
+	)
+	if c.fast != nil {
+		res, code, err = c.fast.charge(c, ctx, ch, start.Add(c.timeout))
+	} else {
+		res, code, err = c.chargeNetHTTP(ctx, ch)
 	}
 	if c.observe != nil {
 		c.observe(code, time.Since(start))
@@ -295,80 +339,6 @@ func (c *Client) Charge(ctx context.Context, ch Charge) (Result, error) {
 	return res, err
 }
 
-// request builds the attempt's request from the template: the body and
-// the Idempotency-Key come from ch alone, so every attempt for ch sends
-// the same bytes. traceCtx is the context whose trace is propagated.
-func (c *Client) request(attemptCtx, traceCtx context.Context, ch Charge) *http.Request {
-	req := c.template.WithContext(attemptCtx)
-	h := make(http.Header, 6)
-	// Injected first, so that the headers set below win over anything a
-	// propagator might write.
-	if c.propagator != nil {
-		c.propagator.Inject(traceCtx, propagation.HeaderCarrier(h))
-	}
-	// Canonical keys, set directly: Header.Set would canonicalise each.
-	h["Content-Type"] = c.jsonType
-	h["Accept"] = c.jsonType
-	// Besides telling the provider, this header lets net/http itself replay
-	// the request on a pooled connection the server had already closed.
-	h["Idempotency-Key"] = []string{ch.IdempotencyKey}
-	auth := c.auth
-	if c.authorization != nil {
-		auth = c.authorization()
-	}
-	if auth != nil {
-		h["Authorization"] = auth
-	}
-	req.Header = h
-	body := newRequestBody(ch)
-	req.Body, req.GetBody, req.ContentLength = body.open(), body.reopen, int64(len(body.body))
-	return req
-}
-
-// do sends req and reads the answer. code is the value for Observe.
-func (c *Client) do(ctx, attemptCtx context.Context, req *http.Request) (Result, string, error) {
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return Result{}, "error", c.noAnswer(ctx, attemptCtx, err)
-	}
-	buf := getBuffer()
-	defer func() {
-		// Drain so the connection goes back to the pool; past the limit,
-		// closing drops the connection instead, which is cheaper.
-		drain(resp.Body, maxResponseBody, buf)
-		_ = resp.Body.Close()
-		putBuffer(buf)
-	}()
-	code := c.code(resp.StatusCode)
-
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		body, _ := readAtMost(resp.Body, maxErrorBody, buf) // the status decides; the body only adds a code
-		e := &Error{
-			Status:     resp.StatusCode,
-			Kind:       classify(resp.StatusCode),
-			RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After")),
-			Code:       errorCode(body),
-		}
-		return Result{}, code, e.wrap()
-	}
-
-	res := Result{
-		Status:   resp.StatusCode,
-		Replayed: strings.EqualFold(resp.Header.Get("Idempotent-Replayed"), "true"),
-	}
-	body, err := readAtMost(resp.Body, maxResponseBody+1, buf)
-	if err != nil {
-		// The status says charged, but the answer broke off. Retrying with
-		// the same key is harmless and gets the stored answer, charge id
-		// included, so treat it like any other lost answer.
-		return Result{}, "error", c.noAnswer(ctx, attemptCtx, fmt.Errorf("reading %d answer: %w", resp.StatusCode, err))
-	}
-	if len(body) <= maxResponseBody {
-		res.ChargeID = chargeID(body)
-	}
-	return res, code, nil
-}
-
 // code returns status in decimal, as Observe takes it.
 func (c *Client) code(status int) string {
 	if status >= 100 && status < 100+len(c.codes) {
@@ -377,14 +347,16 @@ func (c *Client) code(status int) string {
 	return strconv.Itoa(status)
 }
 
-// noAnswer builds the Transient error of an attempt whose outcome is unknown.
-func (c *Client) noAnswer(ctx, attemptCtx context.Context, err error) error {
+// noAnswer builds the Transient error of an attempt whose outcome is
+// unknown (or the Systemic one of a TLS handshake we refused); timedOut
+// reports that the attempt's own deadline had passed.
+func (c *Client) noAnswer(ctx context.Context, timedOut bool, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		if !errors.Is(err, ctx.Err()) {
 			err = fmt.Errorf("%w: %w", ctx.Err(), err)
 		}
-	case attemptCtx.Err() != nil:
+	case timedOut:
 		err = fmt.Errorf("no answer within %s: %w", c.timeout, err)
 	case tlsRejected(err):
 		return (&Error{Kind: fault.Systemic, Err: err}).wrap()

@@ -34,11 +34,40 @@ func serve(t *testing.T, h http.Handler) *httptest.Server {
 	return srv
 }
 
-// newClient builds a Client for baseURL with a 5s timeout and the test
-// token, after mutate adjusts the config.
+// engines are the two clients behind billing's Charger port: every
+// contract test of the client runs against both (forEachClient).
+var engines = []Engine{NetHTTP, FastHTTP}
+
+// forEachClient runs test once per engine, as a subtest named after it;
+// newClient inside it builds that engine's client.
+func forEachClient(t *testing.T, test func(t *testing.T)) {
+	t.Helper()
+	for _, e := range engines {
+		t.Run(string(e), test)
+	}
+}
+
+// engineOf returns the engine of the forEachClient subtest that t is (or
+// runs inside of).
+func engineOf(t *testing.T) Engine {
+	t.Helper()
+	for _, part := range strings.Split(t.Name(), "/") {
+		for _, e := range engines {
+			if part == string(e) {
+				return e
+			}
+		}
+	}
+	t.Fatalf("%s: newClient outside forEachClient", t.Name())
+	return ""
+}
+
+// newClient builds a Client of the engine under test (engineOf) for
+// baseURL with a 5s timeout and the test token, after mutate adjusts the
+// config.
 func newClient(t *testing.T, baseURL string, mutate func(*Config)) *Client {
 	t.Helper()
-	cfg := Config{BaseURL: baseURL, Token: testToken, Timeout: 5 * time.Second}
+	cfg := Config{Engine: engineOf(t), BaseURL: baseURL, Token: testToken, Timeout: 5 * time.Second}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -127,6 +156,10 @@ func TestNewValidates(t *testing.T) {
 }
 
 func TestNewTransport(t *testing.T) {
+	t.Run(string(NetHTTP), testNewTransport)
+}
+
+func testNewTransport(t *testing.T) {
 	c := newClient(t, "http://pay.example.com", func(cfg *Config) { cfg.MaxConns = 32; cfg.Timeout = 3 * time.Second })
 	tr := c.http.Transport.(*http.Transport)
 	if tr.MaxConnsPerHost != 32 || tr.MaxIdleConnsPerHost != 32 || tr.MaxIdleConns != 32 {
@@ -148,185 +181,195 @@ func TestNewTransport(t *testing.T) {
 }
 
 func TestChargeRequest(t *testing.T) {
-	type seen struct {
-		method, path, body string
-		header             http.Header
-	}
-	var mu sync.Mutex
-	var got []seen
-	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		got = append(got, seen{r.Method, r.URL.Path, string(b), r.Header.Clone()})
-		mu.Unlock()
-		_, _ = io.WriteString(w, `{"charge_id":"ch_1"}`)
-	}))
+	forEachClient(t, func(t *testing.T) {
+		type seen struct {
+			method, path, body string
+			header             http.Header
+		}
+		var mu sync.Mutex
+		var got []seen
+		srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			got = append(got, seen{r.Method, r.URL.Path, string(b), r.Header.Clone()})
+			mu.Unlock()
+			_, _ = io.WriteString(w, `{"charge_id":"ch_1"}`)
+		}))
 
-	withToken := newClient(t, srv.URL+"/v1/", nil)
-	noToken := newClient(t, srv.URL+"/v1", func(c *Config) { c.Token = "" })
-	for _, c := range []*Client{withToken, withToken, noToken} {
-		if _, err := c.Charge(t.Context(), testCharge()); err != nil {
-			t.Fatalf("Charge: %v", err)
+		withToken := newClient(t, srv.URL+"/v1/", nil)
+		noToken := newClient(t, srv.URL+"/v1", func(c *Config) { c.Token = "" })
+		for _, c := range []*Client{withToken, withToken, noToken} {
+			if _, err := c.Charge(t.Context(), testCharge()); err != nil {
+				t.Fatalf("Charge: %v", err)
+			}
 		}
-	}
-	const wantBody = `{"order_id":1001,"customer_id":42,"amount":"99.90"}`
-	for i, s := range got {
-		if s.method != http.MethodPost || s.path != "/v1/payments/charge" {
-			t.Errorf("request %d: %s %s", i, s.method, s.path)
+		const wantBody = `{"order_id":1001,"customer_id":42,"amount":"99.90"}`
+		for i, s := range got {
+			if s.method != http.MethodPost || s.path != "/v1/payments/charge" {
+				t.Errorf("request %d: %s %s", i, s.method, s.path)
+			}
+			if s.body != wantBody {
+				t.Errorf("request %d: body %s, want %s", i, s.body, wantBody)
+			}
+			if ct := s.header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("request %d: Content-Type %q", i, ct)
+			}
+			if k := s.header.Values("Idempotency-Key"); len(k) != 1 || k[0] != testCharge().IdempotencyKey {
+				t.Errorf("request %d: Idempotency-Key %q", i, k)
+			}
+			wantAuth := "Bearer " + testToken
+			if i == 2 {
+				wantAuth = ""
+			}
+			if a := s.header.Get("Authorization"); a != wantAuth {
+				t.Errorf("request %d: Authorization %q, want %q", i, a, wantAuth)
+			}
 		}
-		if s.body != wantBody {
-			t.Errorf("request %d: body %s, want %s", i, s.body, wantBody)
+		if len(got) != 3 {
+			t.Fatalf("server saw %d requests, want 3", len(got))
 		}
-		if ct := s.header.Get("Content-Type"); ct != "application/json" {
-			t.Errorf("request %d: Content-Type %q", i, ct)
-		}
-		if k := s.header.Values("Idempotency-Key"); len(k) != 1 || k[0] != testCharge().IdempotencyKey {
-			t.Errorf("request %d: Idempotency-Key %q", i, k)
-		}
-		wantAuth := "Bearer " + testToken
-		if i == 2 {
-			wantAuth = ""
-		}
-		if a := s.header.Get("Authorization"); a != wantAuth {
-			t.Errorf("request %d: Authorization %q, want %q", i, a, wantAuth)
-		}
-	}
-	if len(got) != 3 {
-		t.Fatalf("server saw %d requests, want 3", len(got))
-	}
+	})
 }
 
 func TestChargeInvalidSendsNothing(t *testing.T) {
-	var hits atomic.Int32
-	srv := serve(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
-	c := newClient(t, srv.URL, nil)
-	bad := testCharge()
-	bad.Amount = 0
-	_, err := c.Charge(t.Context(), bad)
-	if e := mustPaymentError(t, err); e.Kind != fault.Invalid || e.Status != 0 {
-		t.Errorf("error %+v, want Invalid without status", e)
-	}
-	if hits.Load() != 0 {
-		t.Error("an invalid charge reached the provider")
-	}
+	forEachClient(t, func(t *testing.T) {
+		var hits atomic.Int32
+		srv := serve(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+		c := newClient(t, srv.URL, nil)
+		bad := testCharge()
+		bad.Amount = 0
+		_, err := c.Charge(t.Context(), bad)
+		if e := mustPaymentError(t, err); e.Kind != fault.Invalid || e.Status != 0 {
+			t.Errorf("error %+v, want Invalid without status", e)
+		}
+		if hits.Load() != 0 {
+			t.Error("an invalid charge reached the provider")
+		}
+	})
 }
 
 func TestChargeTLS(t *testing.T) {
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS == nil || r.TLS.Version < tls.VersionTLS12 {
-			w.WriteHeader(http.StatusUpgradeRequired)
-			return
+	forEachClient(t, func(t *testing.T) {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.TLS == nil || r.TLS.Version < tls.VersionTLS12 {
+				w.WriteHeader(http.StatusUpgradeRequired)
+				return
+			}
+			_, _ = io.WriteString(w, `{"charge_id":"ch_tls"}`)
+		}))
+		srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the untrusted case logs a handshake error
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		roots := x509.NewCertPool()
+		roots.AddCert(srv.Certificate())
+
+		c := newClient(t, srv.URL, func(cfg *Config) { cfg.TLS = &tls.Config{RootCAs: roots} })
+		res, err := c.Charge(t.Context(), testCharge())
+		if err != nil || res.ChargeID != "ch_tls" {
+			t.Fatalf("Charge over TLS = %+v, %v", res, err)
 		}
-		_, _ = io.WriteString(w, `{"charge_id":"ch_tls"}`)
-	}))
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the untrusted case logs a handshake error
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	roots := x509.NewCertPool()
-	roots.AddCert(srv.Certificate())
 
-	c := newClient(t, srv.URL, func(cfg *Config) { cfg.TLS = &tls.Config{RootCAs: roots} })
-	res, err := c.Charge(t.Context(), testCharge())
-	if err != nil || res.ChargeID != "ch_tls" {
-		t.Fatalf("Charge over TLS = %+v, %v", res, err)
-	}
-
-	// Without the test CA the server is untrusted: nothing is sent, and it
-	// is Systemic (a pause, as for a 401), not an event's fault.
-	c = newClient(t, srv.URL, nil)
-	_, err = c.Charge(t.Context(), testCharge())
-	if e := mustPaymentError(t, err); e.Kind != fault.Systemic || e.Status != 0 {
-		t.Errorf("untrusted server: %+v", e)
-	}
+		// Without the test CA the server is untrusted: nothing is sent, and it
+		// is Systemic (a pause, as for a 401), not an event's fault.
+		c = newClient(t, srv.URL, nil)
+		_, err = c.Charge(t.Context(), testCharge())
+		if e := mustPaymentError(t, err); e.Kind != fault.Systemic || e.Status != 0 {
+			t.Errorf("untrusted server: %+v", e)
+		}
+	})
 }
 
 func TestChargeObserve(t *testing.T) {
-	status := http.StatusOK
-	var statusMu sync.Mutex
-	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		statusMu.Lock()
-		defer statusMu.Unlock()
-		w.WriteHeader(status)
-	}))
-	var mu sync.Mutex
-	var codes []string
-	c := newClient(t, srv.URL, func(cfg *Config) {
-		cfg.Observe = func(code string, elapsed time.Duration) {
-			if elapsed <= 0 {
-				t.Errorf("elapsed %v", elapsed)
+	forEachClient(t, func(t *testing.T) {
+		status := http.StatusOK
+		var statusMu sync.Mutex
+		srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			statusMu.Lock()
+			defer statusMu.Unlock()
+			w.WriteHeader(status)
+		}))
+		var mu sync.Mutex
+		var codes []string
+		c := newClient(t, srv.URL, func(cfg *Config) {
+			cfg.Observe = func(code string, elapsed time.Duration) {
+				if elapsed <= 0 {
+					t.Errorf("elapsed %v", elapsed)
+				}
+				mu.Lock()
+				codes = append(codes, code)
+				mu.Unlock()
 			}
-			mu.Lock()
-			codes = append(codes, code)
-			mu.Unlock()
+		})
+		for _, s := range []int{200, 503, 422} {
+			statusMu.Lock()
+			status = s
+			statusMu.Unlock()
+			_, _ = c.Charge(t.Context(), testCharge())
+		}
+		srv.Close() // connection refused from now on
+		_, _ = c.Charge(t.Context(), testCharge())
+		invalid := testCharge()
+		invalid.OrderID = 0
+		_, _ = c.Charge(t.Context(), invalid) // not an attempt: not observed
+
+		mu.Lock()
+		defer mu.Unlock()
+		if got, want := strings.Join(codes, ","), "200,503,422,error"; got != want {
+			t.Errorf("observed %s, want %s", got, want)
 		}
 	})
-	for _, s := range []int{200, 503, 422} {
-		statusMu.Lock()
-		status = s
-		statusMu.Unlock()
-		_, _ = c.Charge(t.Context(), testCharge())
-	}
-	srv.Close() // connection refused from now on
-	_, _ = c.Charge(t.Context(), testCharge())
-	invalid := testCharge()
-	invalid.OrderID = 0
-	_, _ = c.Charge(t.Context(), invalid) // not an attempt: not observed
-
-	mu.Lock()
-	defer mu.Unlock()
-	if got, want := strings.Join(codes, ","), "200,503,422,error"; got != want {
-		t.Errorf("observed %s, want %s", got, want)
-	}
 }
 
 // TestChargeConcurrentPool checks that concurrent calls share a pool capped
 // at MaxConns connections.
 func TestChargeConcurrentPool(t *testing.T) {
-	const maxConns, calls = 4, 24
-	var conns, active, peak atomic.Int32
-	release := make(chan struct{})
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := active.Add(1)
-		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-		}
-		<-release
-		active.Add(-1)
-		_, _ = io.WriteString(w, `{"charge_id":"ch_1"}`)
-	}))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unblock) // runs before srv.Close even if the test fails early
-	c := newClient(t, srv.URL, func(cfg *Config) { cfg.MaxConns = maxConns })
-
-	var wg sync.WaitGroup
-	errs := make(chan error, calls)
-	for i := range calls {
-		ch := testCharge()
-		ch.IdempotencyKey = "key-" + string(rune('a'+i))
-		wg.Go(func() {
-			if _, err := c.Charge(t.Context(), ch); err != nil {
-				errs <- err
+	forEachClient(t, func(t *testing.T) {
+		const maxConns, calls = 4, 24
+		var conns, active, peak atomic.Int32
+		release := make(chan struct{})
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := active.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 			}
-		})
-	}
-	poll.Until(t, 10*time.Second, "every connection to be busy", func() bool { return active.Load() >= maxConns })
-	unblock()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Errorf("Charge: %v", err)
-	}
-	if n := conns.Load(); n > maxConns {
-		t.Errorf("opened %d connections, MaxConns is %d", n, maxConns)
-	}
-	if p := peak.Load(); p != maxConns {
-		t.Errorf("peak concurrency %d, want %d", p, maxConns)
-	}
+			<-release
+			active.Add(-1)
+			_, _ = io.WriteString(w, `{"charge_id":"ch_1"}`)
+		}))
+		srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		}
+		srv.Start()
+		t.Cleanup(srv.Close)
+		var releaseOnce sync.Once
+		unblock := func() { releaseOnce.Do(func() { close(release) }) }
+		t.Cleanup(unblock) // runs before srv.Close even if the test fails early
+		c := newClient(t, srv.URL, func(cfg *Config) { cfg.MaxConns = maxConns })
+
+		var wg sync.WaitGroup
+		errs := make(chan error, calls)
+		for i := range calls {
+			ch := testCharge()
+			ch.IdempotencyKey = "key-" + string(rune('a'+i))
+			wg.Go(func() {
+				if _, err := c.Charge(t.Context(), ch); err != nil {
+					errs <- err
+				}
+			})
+		}
+		poll.Until(t, 10*time.Second, "every connection to be busy", func() bool { return active.Load() >= maxConns })
+		unblock()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("Charge: %v", err)
+		}
+		if n := conns.Load(); n > maxConns {
+			t.Errorf("opened %d connections, MaxConns is %d", n, maxConns)
+		}
+		if p := peak.Load(); p != maxConns {
+			t.Errorf("peak concurrency %d, want %d", p, maxConns)
+		}
+	})
 }

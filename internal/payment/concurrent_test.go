@@ -27,53 +27,56 @@ import (
 // answer must come back to its own caller, charge id or error code (they
 // are read from pooled buffers).
 func TestConcurrentChargesKeepTheirOwnRequestAndAnswer(t *testing.T) {
-	for _, h2 := range []bool{false, true} {
-		t.Run(map[bool]string{false: "HTTP/1.1", true: "HTTP/2"}[h2], func(t *testing.T) {
-			var bad sync.Map
-			srv := httptest.NewUnstartedServer(concurrentProvider(h2, &bad))
-			srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-			srv.EnableHTTP2 = h2
-			srv.StartTLS()
-			t.Cleanup(srv.Close)
-			roots := x509.NewCertPool()
-			roots.AddCert(srv.Certificate())
-			c := newClient(t, srv.URL, func(cfg *Config) {
-				cfg.TLS = &tls.Config{RootCAs: roots}
-				cfg.Propagator = tracing.Propagator()
-				cfg.MaxConns = 8
-			})
-
-			const calls = 400
-			got := make([]string, calls+1) // by order: the charge id or error code
-			var wg sync.WaitGroup
-			for i := range calls {
-				order := int64(1 + i)
-				wg.Go(func() {
-					ctx := tracing.Propagator().Extract(t.Context(),
-						propagation.MapCarrier{"traceparent": concurrentTraceparent(order)})
-					res, err := c.Charge(ctx, concurrentCharge(order))
-					got[order] = res.ChargeID
-					if order%2 == 0 {
-						e := mustPaymentError(t, err)
-						got[order] = strconv.Itoa(e.Status) + " " + e.Code
-					}
+	forEachClient(t, func(t *testing.T) {
+		for _, h2 := range []bool{false, true} {
+			t.Run(map[bool]string{false: "HTTP/1.1", true: "HTTP/2"}[h2], func(t *testing.T) {
+				var bad sync.Map
+				// fasthttp speaks HTTP/1.1 only, also to a server offering HTTP/2.
+				srv := httptest.NewUnstartedServer(concurrentProvider(h2 && engineOf(t) == NetHTTP, &bad))
+				srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+				srv.EnableHTTP2 = h2
+				srv.StartTLS()
+				t.Cleanup(srv.Close)
+				roots := x509.NewCertPool()
+				roots.AddCert(srv.Certificate())
+				c := newClient(t, srv.URL, func(cfg *Config) {
+					cfg.TLS = &tls.Config{RootCAs: roots}
+					cfg.Propagator = tracing.Propagator()
+					cfg.MaxConns = 8
 				})
-			}
-			wg.Wait()
-			// Checked only now, when the buffers the answers were read into
-			// have been reused by many others.
-			for order := int64(1); order <= calls; order++ {
-				want := "ch_" + strconv.FormatInt(order, 10)
-				if order%2 == 0 {
-					want = "402 code_" + strconv.FormatInt(order, 10)
+
+				const calls = 400
+				got := make([]string, calls+1) // by order: the charge id or error code
+				var wg sync.WaitGroup
+				for i := range calls {
+					order := int64(1 + i)
+					wg.Go(func() {
+						ctx := tracing.Propagator().Extract(t.Context(),
+							propagation.MapCarrier{"traceparent": concurrentTraceparent(order)})
+						res, err := c.Charge(ctx, concurrentCharge(order))
+						got[order] = res.ChargeID
+						if order%2 == 0 {
+							e := mustPaymentError(t, err)
+							got[order] = strconv.Itoa(e.Status) + " " + e.Code
+						}
+					})
 				}
-				if got[order] != want {
-					t.Errorf("order %d: answer %q, want %q", order, got[order], want)
+				wg.Wait()
+				// Checked only now, when the buffers the answers were read into
+				// have been reused by many others.
+				for order := int64(1); order <= calls; order++ {
+					want := "ch_" + strconv.FormatInt(order, 10)
+					if order%2 == 0 {
+						want = "402 code_" + strconv.FormatInt(order, 10)
+					}
+					if got[order] != want {
+						t.Errorf("order %d: answer %q, want %q", order, got[order], want)
+					}
 				}
-			}
-			bad.Range(func(k, _ any) bool { t.Error(k); return true })
-		})
-	}
+				bad.Range(func(k, _ any) bool { t.Error(k); return true })
+			})
+		}
+	})
 }
 
 // concurrentCharge is the charge of order n, with its own key and amount.

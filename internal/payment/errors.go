@@ -43,7 +43,8 @@ type Error struct {
 	Err error
 	// Conns is how many connections the request was handed to: more than
 	// one when net/http replayed it after a reused connection died, 0 when
-	// none was had (the dial or the TLS handshake failed). Set by
+	// none was had (the dial or the TLS handshake failed). The FastHTTP
+	// engine never replays: 1 whenever a connection was had. Set by
 	// Client.Charge; see NotTaken.
 	Conns int
 }
@@ -130,6 +131,18 @@ func classify(status int) fault.Kind {
 		return fault.Systemic
 	}
 	return fault.Transient
+}
+
+// refused is the error of a non-2xx answer: its status, kind, Retry-After
+// header and the first bytes of its body (for the code).
+func refused(status int, retryAfter string, body []byte) error {
+	e := &Error{
+		Status:     status,
+		Kind:       classify(status),
+		RetryAfter: parseRetryAfter(retryAfter),
+		Code:       errorCode(body),
+	}
+	return e.wrap()
 }
 
 // parseRetryAfter reads a Retry-After header given in delta-seconds.

@@ -69,40 +69,42 @@ func TestFileTokenRereadsTheFile(t *testing.T) {
 // until the file holds the new one; then charges succeed, without a new
 // client.
 func TestClientUsesRotatedToken(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "token")
-	writeToken(t, path, "tok-one")
-	f, err := NewFileToken(path, 20*time.Millisecond, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want atomic.Value
-	want.Store("Bearer tok-one")
-	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != want.Load().(string) {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
+	forEachClient(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "token")
+		writeToken(t, path, "tok-one")
+		f, err := NewFileToken(path, 20*time.Millisecond, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"charge_id":"ch_1"}`))
-	}))
-	c := newClient(t, srv.URL, func(c *Config) { c.Token, c.Authorization = "", f.Header })
-	if _, err := c.Charge(context.Background(), testCharge()); err != nil {
-		t.Fatalf("charge with the first token: %v", err)
-	}
-	want.Store("Bearer tok-two") // the provider rotated
-	if _, err := c.Charge(context.Background(), testCharge()); mustPaymentError(t, err).Status != http.StatusUnauthorized {
-		t.Fatalf("charge with the old token: %v; want 401", err)
-	}
-	writeToken(t, path, "tok-two")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := c.Charge(context.Background(), testCharge())
-		if err == nil {
-			break
+		var want atomic.Value
+		want.Store("Bearer tok-one")
+		srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != want.Load().(string) {
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"charge_id":"ch_1"}`))
+		}))
+		c := newClient(t, srv.URL, func(c *Config) { c.Token, c.Authorization = "", f.Header })
+		if _, err := c.Charge(context.Background(), testCharge()); err != nil {
+			t.Fatalf("charge with the first token: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the rotated token file was not used within 10s: %v", err)
+		want.Store("Bearer tok-two") // the provider rotated
+		if _, err := c.Charge(context.Background(), testCharge()); mustPaymentError(t, err).Status != http.StatusUnauthorized {
+			t.Fatalf("charge with the old token: %v; want 401", err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		writeToken(t, path, "tok-two")
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := c.Charge(context.Background(), testCharge())
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the rotated token file was not used within 10s: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
 }
