@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -62,6 +63,9 @@ func newFastClient(cfg Config, endpoint *url.URL, tlsCfg *tls.Config, connect ti
 	}
 	if isTLS && tlsCfg.ServerName == "" {
 		tlsCfg.ServerName = endpoint.Hostname() // tlsCfg is New's own copy
+	}
+	if isTLS {
+		tlsCfg.NextProtos = []string{"http/1.1"} // fasthttp speaks HTTP/1.1 only: never let the provider pick h2
 	}
 	d := &fastDialer{connect: connect, tls: tlsCfg, net: net.Dialer{KeepAlive: 30 * time.Second}}
 	hc := &fasthttp.HostClient{
@@ -117,14 +121,73 @@ func (d *fastDialer) dial(addr string, timeout time.Duration) (net.Conn, error) 
 		return nil, &connectError{err}
 	}
 	if d.tls == nil {
-		return raw, nil
+		return &inStepConn{Conn: raw, raw: raw}, nil
 	}
 	conn := tls.Client(raw, d.tls)
 	if err := conn.HandshakeContext(ctx); err != nil {
 		_ = raw.Close()
 		return nil, &connectError{err}
 	}
-	return conn, nil
+	return &tlsInStepConn{inStepConn{Conn: conn, raw: raw}}, nil
+}
+
+// errUnsolicited is the error of a pooled connection found readable (bytes
+// the provider sent unasked, or its close) before a new request's first
+// byte was written: nothing of the request was written.
+var errUnsolicited = errors.New("the idle connection received bytes or was closed before the request was written")
+
+// inStepConn keeps the HostClient's keep-alive connections in step, as
+// net/http's idle read loop does: before the first byte of a request on a
+// reused connection, it checks that nothing arrived since the last answer.
+type inStepConn struct {
+	net.Conn
+	raw     net.Conn
+	readNow bool // a Read since the last Write: the next Write starts a request
+}
+
+// tlsInStepConn keeps the Handshake method that tells fasthttp the
+// connection is TLS already.
+type tlsInStepConn struct{ inStepConn }
+
+func (c *tlsInStepConn) Handshake() error { return c.Conn.(*tls.Conn).Handshake() }
+
+func (c *inStepConn) Read(p []byte) (int, error) {
+	c.readNow = true
+	return c.Conn.Read(p)
+}
+
+func (c *inStepConn) Write(p []byte) (int, error) {
+	if c.readNow {
+		c.readNow = false
+		if c.readable() {
+			return 0, errUnsolicited
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// readable peeks at the socket without blocking.
+func (c *inStepConn) readable() bool {
+	sc, ok := c.raw.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var one [1]byte
+	var rerr error
+	if err := rc.Read(func(fd uintptr) bool {
+		_, _, rerr = syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true
+	}); err != nil {
+		return true
+	}
+	if rerr == syscall.EAGAIN {
+		return false
+	}
+	return true // data (n > 0), the peer's close (n == 0) or an error: drop it
 }
 
 // fastCall is one request in flight, shared by Charge and the goroutine
