@@ -47,6 +47,9 @@ type mode struct {
 	env  []string // BILLING_* settings on top of the common ones
 	// sequential runs are time-boxed: the backlog is not meant to drain.
 	sequential bool
+	// failing makes one order in 1,000 fail at the provider for a minute
+	// (failing.go).
+	failing bool
 }
 
 var modes = []mode{
