@@ -162,7 +162,11 @@ func (p *partitionState) complete(c completion) {
 		if next, ahead := p.offs.committable(); ahead {
 			p.cm.advance(p.partition, next, p.advanced)
 			p.offs.committed = next
-			if p.c.cfg.CommitInterval == 0 {
+			// A waiting record that finishes (parked, at last) releases
+			// the records done behind it, which have waited long enough
+			// already: a window's worth or more is committed at once, not
+			// at the next tick.
+			if p.c.cfg.CommitInterval == 0 || len(p.advanced) >= p.c.cfg.PartitionWindow {
 				p.cm.flush()
 			}
 		}

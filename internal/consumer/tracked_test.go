@@ -64,3 +64,44 @@ func TestPartitionBillsBehindAWaitingRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReleasedRecordsCommittedAtOnce: when a waiting record finishes and
+// releases a window or more of records done behind it, they are committed
+// at once, not at the next commit tick (an hour here): they have waited
+// for the parked record long enough.
+func TestReleasedRecordsCommittedAtOnce(t *testing.T) {
+	const window = 4
+	env := newKafkaEnv(t, 1)
+	w := env.writer()
+	defer w.Close()
+	var msgs []kafka.Message
+	for i := range 3 * window {
+		msgs = append(msgs, kafka.Message{Key: fmt.Appendf(nil, "0/k%d", i), Value: fmt.Appendf(nil, "%d", i)})
+	}
+	if err := w.WriteMessages(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var handled atomic.Int32
+	cfg := env.config(t)
+	cfg.Concurrency = 8
+	cfg.PartitionWindow = window
+	cfg.CommitInterval = time.Hour
+	r := startConsumer(t, cfg, func(ctx context.Context, msg kafka.Message) error {
+		if msg.Offset == 0 {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		handled.Add(1)
+		return nil
+	})
+	poll.Until(t, waitLong, "the records behind the waiting one handled", func() bool { return handled.Load() == int32(len(msgs)-1) })
+	close(release)
+	poll.Until(t, waitLong, "everything committed before the next tick", func() bool { return env.lags(t)[0].Committed == int64(len(msgs)) })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
