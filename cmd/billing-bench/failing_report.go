@@ -140,7 +140,22 @@ func (r report) failingMarkdown(b *strings.Builder) {
 	p("| failing orders charged after the recovery, fastest / median / slowest | %s / %s / **%s** |\n",
 		secs(st.recovery(0)), secs(st.recovery(0.5)), secs(st.recovery(1)))
 	p("| claims parked | %d |\n", st.Parked)
-	p("\nIn the failing drains: %s.\n", ds.recoveryLine())
+	p("\nIn the failing drains: %s. Once a drain's healthy records are done nothing else is in flight, so the failing events meet "+
+		"no success and the outage rule pauses them (nothing is parked in an outage) until the recovery; a drain slower than "+
+		"BILLING_PARK_AFTER parks them while it lasts.\n", ds.recoveryLine())
+	var notes []string
+	for _, x := range []result{fr.Clean, fr.Failing, fr.Steady} {
+		for _, n := range x.problems {
+			notes = append(notes, "FAILED: "+n)
+		}
+		notes = append(notes, x.notes...)
+	}
+	if len(notes) > 0 {
+		p("\nProblems and notes of the row:\n\n")
+		for _, n := range notes {
+			p("- %s\n", n)
+		}
+	}
 }
 
 // failingSummary is the README's line on the row.
