@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,16 +33,31 @@ type chaosProfile struct {
 	minCuts    int // Postgres connections cut (harness.Cutter)
 	restartsPG int // half of them crashes (immediate stop)
 	restartsKB int
+	// stuck orders are answered 503 by the provider, while it charges
+	// the others, from the start until the fault actions end (SPEC §10):
+	// tens of seconds in the short profile, minutes in the long one. They
+	// must be charged once after the provider recovers, and never
+	// dead-lettered as exhausted while their claims can still settle.
+	stuck int
+	// env is added to the replicas' settings: the long profile parks
+	// (BILLING_PARK_AFTER) within the second or so between two
+	// rebalances, so that parked claims meet kills, restarts and cuts,
+	// and parks says the run must show a stuck order parked. (With the
+	// default 30 s, no delivery lives long enough to park under the kills:
+	// the short profile's stuck orders are retried until the recovery.)
+	env   []string
+	parks bool
 }
 
 func profile(t *testing.T) chaosProfile {
 	switch p := os.Getenv("BILLING_CHAOS_PROFILE"); p {
 	case "", "short":
 		return chaosProfile{name: "short", orders: 4000, actions: 24, every: 700 * time.Millisecond,
-			minKills: 8, minFaults: 50, minCuts: 100, restartsPG: 2, restartsKB: 1}
+			minKills: 8, minFaults: 50, minCuts: 100, restartsPG: 2, restartsKB: 1, stuck: 3}
 	case "long":
 		return chaosProfile{name: "long", orders: 40000, actions: 300, every: 600 * time.Millisecond,
-			minKills: 100, minFaults: 1000, minCuts: 1000, restartsPG: 6, restartsKB: 5}
+			minKills: 100, minFaults: 1000, minCuts: 1000, restartsPG: 6, restartsKB: 5, stuck: 10,
+			env: []string{"BILLING_OUTAGE_AFTER=1s", "BILLING_PARK_AFTER=1s"}, parks: true}
 	default:
 		t.Fatalf("BILLING_CHAOS_PROFILE=%q: want short or long", p)
 		return chaosProfile{}
@@ -54,7 +72,8 @@ func profile(t *testing.T) chaosProfile {
 // slow bodies and latency spikes past the client timeout) and replays
 // already processed events from the DLQ. Duplicates, some in other
 // partitions, and orders arriving as several distinct events under other
-// keys, in flight at once, are part of the traffic. Then it checks SPEC §9
+// keys, in flight at once, are part of the traffic, and so are a few
+// orders the provider fails for the whole run (stuck). Then it checks SPEC §9
 // from the outside, with no replay of what the run dead-lettered: no valid
 // event may be exhausted, no claim left pending. It prints what it did.
 // The profile sets the sizes (BILLING_CHAOS_PROFILE).
@@ -81,12 +100,15 @@ func TestChaos(t *testing.T) {
 	base := paysim.Faults{Latency: 2 * time.Millisecond, LatencyJitter: 8 * time.Millisecond,
 		ErrorRate: 0.02, ResetRate: 0.01, ConflictRate: 0.01, SlowBodyRate: 0.005, SlowBodyDelay: 800 * time.Millisecond,
 		Decline: func(order int64) bool { return plan.Declined[order] }}
+	stuck := stuckOrders(plan, prof.stuck)
+	base.Unavailable = stuck.unavailable
 	w.sim.SetFaults(base)
 	env := []string{
 		"BILLING_KAFKA_SESSION_TIMEOUT=3s", "BILLING_KAFKA_REBALANCE_TIMEOUT=6s", "BILLING_DRAIN_TIMEOUT=2s",
 		"BILLING_SHUTDOWN_TIMEOUT=15s", "BILLING_PAYMENT_TIMEOUT=500ms", "BILLING_MAX_ATTEMPTS=30",
 		"BILLING_RETRY_BACKOFF=20ms", "BILLING_RETRY_BACKOFF_MAX=1s", "BILLING_CONCURRENCY=32",
 	}
+	env = append(env, prof.env...)
 
 	// The traffic arrives throughout the run, not all at once.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -114,6 +136,7 @@ func TestChaos(t *testing.T) {
 	w.sim.SetFaults(base)
 	proxy.setCut(false)
 	cutter.SetActive(false)
+	stuck.recover()
 
 	// No replay of what the run dead-lettered: every valid event must have
 	// been charged by the consumers themselves.
@@ -133,6 +156,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("Postgres connections cut: %d %s", cutConns, formatCuts(cuts))
 	t.Logf("double charges: %d; lost events: %d; exhausted valid events: %d; pending claims: %d when drained, %d left after %v; DLQ %v",
 		len(rep.DoubleCharged), lost, len(rep.Exhausted), end.atDrain, end.pending, end.waited.Round(time.Second), rep.DLQ)
+	stuck.report(t, w, prof.parks)
 	report(t, rep)
 	if counts["kill"] < prof.minKills || faults < prof.minFaults || cutConns < prof.minCuts {
 		t.Fatalf("the run injected %d kills, %d provider faults and %d connection cuts; the %s profile promises at least %d, %d and %d",
@@ -286,4 +310,85 @@ func replayProcessed(w *world, plan harness.Plan, rng *rand.Rand) error {
 		return fmt.Errorf("dlq replay: %w", err)
 	}
 	return nil
+}
+
+// stuck is the orders the provider fails (503, nothing taken) until
+// recover is called; safe for concurrent use.
+type stuck struct {
+	orders    map[int64]bool
+	recovered atomic.Bool
+	first     atomic.Int64 // unix nanoseconds of the first 503; 0 before it
+	at        time.Time    // when recover was called
+}
+
+// stuckOrders picks n orders of plan with one distinct event, charged,
+// whose first record comes in the first third of the traffic (so they
+// fail for most of the run).
+func stuckOrders(plan harness.Plan, n int) *stuck {
+	s := &stuck{orders: map[int64]bool{}}
+	for _, m := range plan.Records[:len(plan.Records)/3] {
+		if len(s.orders) == n {
+			break
+		}
+		var ev struct {
+			OrderID int64  `json:"order_id"`
+			Amount  string `json:"total_amount"`
+		}
+		if json.Unmarshal(m.Value, &ev) != nil {
+			continue
+		}
+		if amount, ok := plan.Charged[ev.OrderID]; ok && amount.String() == ev.Amount && plan.Events[ev.OrderID] == 1 && !plan.Declined[ev.OrderID] {
+			s.orders[ev.OrderID] = true
+		}
+	}
+	return s
+}
+
+// unavailable is the simulator's Faults.Unavailable.
+func (s *stuck) unavailable(order int64) bool {
+	if !s.orders[order] || s.recovered.Load() {
+		return false
+	}
+	s.first.CompareAndSwap(0, time.Now().UnixNano())
+	return true
+}
+
+// recover ends the failure: the provider charges the stuck orders from
+// now on.
+func (s *stuck) recover() {
+	s.at = time.Now()
+	s.recovered.Store(true)
+}
+
+// report logs how the stuck orders fared: for how long the provider
+// failed them, how many were parked, and when each was charged after the
+// recovery. Whether each was charged exactly once is the final check's;
+// wantParked (the long profile) fails the run if none was parked: it
+// would not be testing what it says.
+func (s *stuck) report(t *testing.T, w *world, wantParked bool) {
+	t.Helper()
+	if len(s.orders) == 0 {
+		return
+	}
+	orders := slices.Collect(maps.Keys(s.orders))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var parked int
+	var first, last int64 // milliseconds from the recovery to the first and the last charge
+	err := w.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE parked_at IS NOT NULL),
+coalesce(extract(epoch FROM min(charged_at) FILTER (WHERE status = 'charged') - $2) * 1000, 0)::bigint,
+coalesce(extract(epoch FROM max(charged_at) FILTER (WHERE status = 'charged') - $2) * 1000, 0)::bigint
+FROM charge WHERE order_id = ANY($1)`, orders, s.at).Scan(&parked, &first, &last)
+	if err != nil {
+		t.Fatalf("read the stuck orders' claims: %v", err)
+	}
+	var failed time.Duration
+	if f := s.first.Load(); f != 0 {
+		failed = s.at.Sub(time.Unix(0, f))
+	}
+	t.Logf("stuck orders: %d answered 503 for %v, %d of them parked; charged %v to %v after the provider recovered",
+		len(orders), failed.Round(time.Second), parked, time.Duration(first)*time.Millisecond, time.Duration(last)*time.Millisecond)
+	if wantParked && parked == 0 {
+		t.Errorf("none of the %d stuck orders was parked in %v of failing", len(orders), failed.Round(time.Second))
+	}
 }

@@ -49,6 +49,9 @@ type mode struct {
 	sequential bool
 	// tls serves the simulator over TLS (tlsprovider.go).
 	tls bool
+	// failing makes one order in 1,000 fail at the provider for a minute
+	// (failing.go).
+	failing bool
 }
 
 var modes = []mode{

@@ -31,12 +31,13 @@ type options struct {
 	profileDir                     string
 	profileSeconds, profileBacklog int
 	skipSweep, skipRecovery        bool
-	skipClients                    bool
+	skipClients, skipFailing       bool
 	recoveryRate                   float64 // offered load of the recovery scenario, events/s
 }
 
 // selected reports whether -only (empty: everything) names part, a
-// mode:latency pair such as default:20ms, "sweep" or "recovery".
+// mode:latency pair such as default:20ms, "sweep", "recovery" or
+// "failing".
 func (o options) selected(part string) bool {
 	return o.only == "" || slices.Contains(strings.Split(o.only, ","), part)
 }
@@ -59,7 +60,7 @@ func parseOptions(args []string) (options, error) {
 	fs.Float64Var(&o.scale, "scale", 1, "multiplies every backlog size (e.g. 0.2 for a quick try)")
 	fs.IntVar(&o.repeat, "repeat", 3, "drains of each default-mode backlog (the table, the baseline, the sweep); the run with the median events/s is reported, with the range of all")
 	fs.BoolVar(&o.skipPgbench, "skip-pgbench", false, "do not run pgbench")
-	fs.StringVar(&o.only, "only", "", "run only these parts, comma-separated: mode:latency pairs (e.g. default:20ms, fasthttp-tls:0s), clients, sweep, recovery; for trying things out")
+	fs.StringVar(&o.only, "only", "", "run only these parts, comma-separated: mode:latency pairs (e.g. default:20ms, fasthttp-tls:0s), clients, sweep, recovery, failing; for trying things out")
 	fs.StringVar(&o.baseline, "baseline", "", "also measure the default mode of this binary (the code before the change) in the same sitting, and report before / after / ratio")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON here, after reading the previous results from it (shown as the previous run)")
 	fs.StringVar(&o.profileDir, "profile", "", "profile instead of benchmarking: drain one default-mode backlog at 0 ms and write cpu.pprof and allocs.pprof of the consumer here")
@@ -68,6 +69,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.skipSweep, "skip-sweep", false, "do not run the backlog-size sweep")
 	fs.BoolVar(&o.skipClients, "skip-clients", false, "do not run the payment-client modes (nethttp, fasthttp, each over plain HTTP and TLS: clients.go)")
 	fs.BoolVar(&o.skipRecovery, "skip-recovery", false, "do not run the crashed-replica and rolling-restart scenario")
+	fs.BoolVar(&o.skipFailing, "skip-failing", false, "do not run the row with 0.1% of orders failing at the provider for a minute")
 	fs.Float64Var(&o.recoveryRate, "recovery-rate", 1000, "offered load of the recovery scenario, events/s")
 	if err := fs.Parse(args); err != nil {
 		return o, err

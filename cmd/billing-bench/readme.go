@@ -41,6 +41,7 @@ func (r report) readmeSummary() string {
 	b.WriteString(r.comparisonSummary())
 	b.WriteString(r.sweepSummary())
 	b.WriteString(r.recoverySummary())
+	b.WriteString(r.failingSummary())
 	if len(r.pgbench) > 0 {
 		var parts []string
 		for _, x := range r.pgbench {

@@ -16,9 +16,10 @@ type report struct {
 	results []result
 	// baseline are the runs of the -baseline binary (default mode only).
 	baseline []result
-	sweep    []result   // the backlog-size sweep (default mode, 0 ms)
-	previous *runJSON   // the previous run's -json, if any
-	recovery []recovery // the recovery scenario, of the binary under test then of the baseline
+	sweep    []result    // the backlog-size sweep (default mode, 0 ms)
+	previous *runJSON    // the previous run's -json, if any
+	recovery []recovery  // the recovery scenario, of the binary under test then of the baseline
+	failing  *failingRun // the row with failing orders (failing.go); nil when not run
 	pgbench  []pgbenchResult
 	took     time.Duration
 }
@@ -74,6 +75,7 @@ func (r report) printTable(w io.Writer) {
 	}
 	r.printSweep(w)
 	r.printRecovery(w)
+	r.printFailing(w)
 	fmt.Fprintf(w, "bench took %s\n", r.took.Round(time.Second))
 }
 
@@ -126,7 +128,8 @@ func (r report) targets() []target {
 	ts = append(ts, r.issue14Targets()...)
 	ts = append(ts, target{"peak RSS < 150 MB", mb(peak), peak < 150e6, false})
 	ts = append(ts, r.sweepTargets()...)
-	return append(ts, r.recoveryTargets()...)
+	ts = append(ts, r.recoveryTargets()...)
+	return append(ts, r.failingTargets()...)
 }
 
 // markdown renders docs/benchmarks.md; chart is the path of the SVG,
@@ -188,6 +191,7 @@ func (r report) markdown(chart string) string {
 	}
 
 	r.recoveryMarkdown(&b)
+	r.failingMarkdown(&b)
 
 	p("\n## Targets\n\n| target | measured | |\n|---|---:|---|\n")
 	for _, t := range r.targets() {

@@ -75,7 +75,8 @@ type result struct {
 	// Spread is every drain of the backlog (-repeat), slowest first; the
 	// result is the median one's.
 	Spread   []runSpread
-	Charges  int // orders verified charged exactly once, both phases
+	Charges  int           // orders verified charged exactly once, both phases
+	Failing  *failingStats // the failing orders of a run of the failing row (failing.go); nil for the others
 	problems []string
 	notes    []string
 }
@@ -115,6 +116,7 @@ type phase struct {
 	srv          *http.Server
 	env          []string
 	db           *pgxpool.Pool // the database the phase's binary bills into
+	fail         *failing      // the orders failing at sim; nil unless the mode's failing
 }
 
 // newPhase creates the phase's topic and starts its simulator; the phase
@@ -131,6 +133,9 @@ func (b *bench) newPhase(ctx context.Context, m mode, latency time.Duration, kin
 	p := &phase{topic: name, group: name, firstOrder: b.firstOrder, orders: int64(max(ordersPerPhase, records)), db: db}
 	b.firstOrder += p.orders
 	p.sim = paysim.New(paysim.Config{Seed: uint64(p.firstOrder), Faults: paysim.Faults{Latency: latency}})
+	if m.failing {
+		p.fail = newFailing(p, latency)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -251,6 +256,9 @@ func (b *bench) backlogPhase(ctx context.Context, m mode, latency time.Duration,
 	defer proc.Stop(5 * time.Second)
 	w, err := b.watchBacklog(ctx, m, p, proc, poll, r)
 	if err != nil {
+		return err
+	}
+	if err := p.fail.settle(ctx, p, r.Backlog, r); err != nil {
 		return err
 	}
 	rss, err := peakRSS(proc.Pid())

@@ -9,8 +9,9 @@ import (
 // order: each mode at each provider latency (with -baseline, the
 // baseline's default mode right after the same run of the binary under
 // test, so that both see the same machine), the backlog-size sweep, and
-// the recovery scenario (the baseline's after it); the results go into
-// rep.
+// the recovery scenario (the baseline's after it) and the row with
+// failing orders (failing.go, the binary under test only); the results go
+// into rep.
 func (b *bench) measureAll(ctx context.Context, rep *report) error {
 	o := b.o
 	for _, m := range modes {
@@ -56,6 +57,13 @@ func (b *bench) measureAll(ctx context.Context, rep *report) error {
 			rep.recovery = append(rep.recovery, rec)
 		}
 	}
+	if !o.skipFailing && o.selected("failing") {
+		fr, err := b.failingRow(ctx)
+		if err != nil {
+			return err
+		}
+		rep.failing = &fr
+	}
 	return nil
 }
 
@@ -68,5 +76,5 @@ func (r report) failures() []string {
 	for _, rec := range r.recovery {
 		f = append(f, rec.problems...)
 	}
-	return f
+	return append(f, r.failingFailures()...)
 }

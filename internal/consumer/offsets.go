@@ -26,10 +26,34 @@ type offsets struct {
 	committed int64
 }
 
+// pendingMsg is one tracked message: 32 bytes, since a partition may
+// track tens of thousands of them behind one waiting message. Its times
+// are Unix nanoseconds (0 for a zero time), not time.Time's 24 bytes each.
 type pendingMsg struct {
-	offset int64
-	timing Timing
-	done   bool
+	offset            int64
+	produced, fetched int64
+	done              bool
+}
+
+// unixNano is t in Unix nanoseconds, 0 for the zero time.
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// timeOf is the time of Unix nanoseconds ns, the zero time for 0.
+func timeOf(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// timing is the message's Timing.
+func (p pendingMsg) timing() Timing {
+	return Timing{Produced: timeOf(p.produced), Fetched: timeOf(p.fetched)}
 }
 
 // Timing is when a message was produced (its record timestamp) and when it
@@ -40,7 +64,7 @@ func newOffsets() *offsets { return &offsets{next: -1, committed: -1} }
 
 // fetched records a message that was read; offsets must increase.
 func (o *offsets) fetched(offset int64, at Timing) {
-	o.pending = append(o.pending, pendingMsg{offset: offset, timing: at})
+	o.pending = append(o.pending, pendingMsg{offset: offset, produced: unixNano(at.Produced), fetched: unixNano(at.Fetched)})
 	o.undone++
 }
 
@@ -58,7 +82,7 @@ func (o *offsets) done(offset int64, into []Timing) []Timing {
 	advanced := into
 	i := 0
 	for ; i < len(o.pending) && o.pending[i].done; i++ {
-		advanced = append(advanced, o.pending[i].timing)
+		advanced = append(advanced, o.pending[i].timing())
 		o.next = o.pending[i].offset + 1
 	}
 	o.pending = o.pending[i:]

@@ -58,9 +58,11 @@ func (c *Consumer) consumePartition(stop context.Context, cm *committer, partiti
 
 // partitionState is the bookkeeping of one partition's consumption.
 // trackedPerWindow bounds the messages a partition tracks, done or not,
-// to that many windows: at 1,024 a window, 16 Ki entries of 64 bytes, a
-// minute or more of a busy partition's traffic behind one waiting message.
-const trackedPerWindow = 16
+// to that many windows: at 1,024 a window, 32 Ki entries of 32 bytes (1
+// MiB), about 15 s of a partition draining a backlog at full speed behind
+// one waiting message (parked only after BILLING_PARK_AFTER). Past it the
+// partition stops fetching until the waiting message finishes.
+const trackedPerWindow = 32
 
 type partitionState struct {
 	c         *Consumer
@@ -160,7 +162,11 @@ func (p *partitionState) complete(c completion) {
 		if next, ahead := p.offs.committable(); ahead {
 			p.cm.advance(p.partition, next, p.advanced)
 			p.offs.committed = next
-			if p.c.cfg.CommitInterval == 0 {
+			// A waiting record that finishes (parked, at last) releases
+			// the records done behind it, which have waited long enough
+			// already: a window's worth or more is committed at once, not
+			// at the next tick.
+			if p.c.cfg.CommitInterval == 0 || len(p.advanced) >= p.c.cfg.PartitionWindow {
 				p.cm.flush()
 			}
 		}

@@ -268,7 +268,7 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 		spanRetry(ctx, kind)
 		h.cfg.Logger.WarnContext(ctx, "event failed, retrying", "event_id", ev.EventID, "order_id", ev.OrderID,
 			"attempt", b.attempts, "failing_for", b.spent, "err", err)
-		if err := sleep(ctx, w.transient); err != nil {
+		if err := sleepFor(ctx, h.untilParked(w.transient, b)); err != nil {
 			return err
 		}
 	}
@@ -369,8 +369,26 @@ func (h *Handler) backoff() retry.Backoff {
 	return retry.WithJitterPercent(20, retry.WithCappedDuration(h.cfg.BackoffMax, retry.NewExponential(h.cfg.BackoffBase)))
 }
 
+// untilParked is the wait before an event's next transient retry: the
+// backoff's next delay, but no later than the moment the event will have
+// failed for ParkAfter, so that the attempt which parks it comes then and
+// not up to a whole capped backoff (BILLING_RETRY_BACKOFF_MAX) later. Every
+// record behind the event in its partition waits for that park to be
+// committed.
+func (h *Handler) untilParked(backoff retry.Backoff, b budget) time.Duration {
+	d, _ := backoff.Next()
+	if h.cfg.ParkAfter > 0 && b.spent < h.cfg.ParkAfter {
+		d = min(d, h.cfg.ParkAfter-b.spent)
+	}
+	return d
+}
+
 func sleep(ctx context.Context, b retry.Backoff) error {
 	d, _ := b.Next()
+	return sleepFor(ctx, d)
+}
+
+func sleepFor(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
