@@ -12,31 +12,39 @@ import (
 )
 
 // streak is the run of transient failures since the handler's last
-// success: the events in it and when it began.
+// success: the events that failed in it at their first attempt, and when
+// it began.
 type streak struct {
 	mu      sync.Mutex
 	failing map[uuid.UUID]struct{}
 	since   time.Time
-	// n mirrors len(failing), so that a success need not take mu when
-	// there is no streak to end.
-	n atomic.Int64
+	// active mirrors !since.IsZero(), so that a success need not take mu
+	// when there is no streak to end.
+	active atomic.Bool
 }
 
 // outage records ev's transient failure at now and, when the streak it
-// extends is an outage (OutageThreshold distinct events, or OutageAfter
-// long), says why; otherwise it returns "".
-func (h *Handler) outage(ev events.OrderConfirmed, now time.Time) string {
+// extends is an outage (OutageThreshold distinct events failing at their
+// first attempt, or OutageAfter long), says why; otherwise it returns "".
+// Only first attempts count towards the threshold: a dependency that is
+// down fails every fresh event, while the retries of a few orders the
+// provider keeps failing (a handful of them land between two batches'
+// successes at any rate) are those orders' trouble, not an outage. A
+// retry still starts and extends the streak's time.
+func (h *Handler) outage(ev events.OrderConfirmed, now time.Time, first bool) string {
 	if h.cfg.OutageThreshold <= 0 && h.cfg.OutageAfter <= 0 {
 		return ""
 	}
 	s := &h.streak
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.failing) == 0 {
+	if s.since.IsZero() {
 		s.since = now
+		s.active.Store(true)
 	}
-	s.failing[ev.EventID] = struct{}{}
-	s.n.Store(int64(len(s.failing)))
+	if first {
+		s.failing[ev.EventID] = struct{}{}
+	}
 	n, d := len(s.failing), now.Sub(s.since)
 	if (h.cfg.OutageThreshold > 0 && n >= h.cfg.OutageThreshold) || (h.cfg.OutageAfter > 0 && d >= h.cfg.OutageAfter) {
 		return fmt.Sprintf("%d events failing, no success for %s", n, d)
@@ -47,13 +55,13 @@ func (h *Handler) outage(ev events.OrderConfirmed, now time.Time) string {
 // recovered ends a failure streak: something got an answer.
 func (h *Handler) recovered() {
 	s := &h.streak
-	if s.n.Load() == 0 {
+	if !s.active.Load() {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clear(s.failing)
-	s.n.Store(0)
+	s.active.Store(false)
 	s.since = time.Time{}
 }
 

@@ -104,3 +104,38 @@ func TestPoisonEventStillExhausts(t *testing.T) {
 		t.Fatalf("DLQ calls %+v; want the poison event exhausted after %d attempts", calls, testMaxAttempts)
 	}
 }
+
+// Only events failing at their first attempt count towards
+// OutageThreshold: the retries of orders the provider keeps failing, which
+// at any rate land a few at a time between two batches' successes, are
+// not an outage (the bench's failing row saw "dependency outage (10 events
+// failing, no success for 78ms)" and ~1,300 systemic pauses in one healthy
+// drain before), while fresh events failing in a row still are.
+func TestOnlyFirstAttemptsMakeAnOutage(t *testing.T) {
+	env := newEnv(t, &fakeBiller{}, nil, func(c *Config) { c.OutageThreshold, c.OutageAfter = 3, time.Hour })
+	now := time.Now()
+	var evs []events.OrderConfirmed
+	for range 3 {
+		msg, _ := validRecord(t)
+		ev, err := events.Decode(msg.Value, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	for _, ev := range evs {
+		if why := env.h.outage(ev, now, false); why != "" {
+			t.Fatalf("retries of events already failing: %q; want no outage", why)
+		}
+	}
+	for i, ev := range evs {
+		why := env.h.outage(ev, now, true)
+		if (why != "") != (i == 2) {
+			t.Fatalf("first attempt %d failing in a row: outage %q; want one at the third", i+1, why)
+		}
+	}
+	env.h.recovered()
+	if why := env.h.outage(evs[0], now, true); why != "" {
+		t.Fatalf("after a success: %q; want the streak begun anew", why)
+	}
+}

@@ -25,7 +25,7 @@
 //
 // A streak of transient failures with no success anywhere in the handler
 // is an outage, treated as Systemic, once OutageThreshold distinct events
-// are in it or it has lasted OutageAfter. So an event exhausts its budget
+// have failed in it at their first attempt or it has lasted OutageAfter. So an event exhausts its budget
 // only while other events succeed: the fault is then the event's, not the
 // provider's.
 //
@@ -95,8 +95,9 @@ type Config struct {
 	// MaxAttempts alone decide. Keep it above OutageAfter, or an event
 	// failing alone at low traffic is exhausted before the outage is seen.
 	RetryBudget time.Duration
-	// OutageThreshold is how many distinct events must fail transiently in
-	// a row, with no success in between, before the failures are taken as
+	// OutageThreshold is how many distinct events must fail transiently at
+	// their first attempt in a row, with no success in between (retries of
+	// events already failing do not count), before the failures are taken as
 	// an outage of a dependency (the provider unreachable or answering 5xx
 	// to everything): from then on transient failures wait like systemic
 	// ones, spending neither attempts nor budget, instead of draining
@@ -207,7 +208,7 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 		kind := fault.KindOf(err)
 		now := h.cfg.Now()
 		if err != nil && kind == fault.Transient && ctx.Err() == nil {
-			if outage := h.outage(ev, now); outage != "" {
+			if outage := h.outage(ev, now, b.attempts == 0); outage != "" {
 				kind = fault.Systemic
 				err = fmt.Errorf("dependency outage (%s): %w", outage, err)
 			}
