@@ -158,8 +158,9 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 	}
 	if s.consumer, err = consumer.New(consumer.Config{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, GroupID: cfg.KafkaGroupID, Dialer: s.kconns.Dialer,
-		Concurrency: cfg.Concurrency, PartitionWindow: cfg.PartitionWindow, CommitInterval: cfg.KafkaCommitInterval,
-		DrainTimeout: cfg.DrainTimeout, SessionTimeout: cfg.KafkaSessionTimeout, RebalanceTimeout: cfg.KafkaRebalanceTimeout,
+		Concurrency: cfg.Concurrency, MaxInFlightBytes: cfg.maxInflightBytes(), MaxRecordBytes: cfg.KafkaMaxRecordBytes,
+		CommitInterval: cfg.KafkaCommitInterval,
+		DrainTimeout:   cfg.DrainTimeout, SessionTimeout: cfg.KafkaSessionTimeout, RebalanceTimeout: cfg.KafkaRebalanceTimeout,
 		HeartbeatInterval: cfg.KafkaHeartbeatInterval,
 		Logger:            s.logger,
 		OnCommit:          s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now),
