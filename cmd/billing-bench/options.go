@@ -31,6 +31,7 @@ type options struct {
 	profileDir                     string
 	profileSeconds, profileBacklog int
 	skipSweep, skipRecovery        bool
+	skipPartitions                 bool
 	recoveryRate                   float64 // offered load of the recovery scenario, events/s
 }
 
@@ -58,13 +59,14 @@ func parseOptions(args []string) (options, error) {
 	fs.Float64Var(&o.scale, "scale", 1, "multiplies every backlog size (e.g. 0.2 for a quick try)")
 	fs.IntVar(&o.repeat, "repeat", 3, "drains of each default-mode backlog (the table, the baseline, the sweep); the run with the median events/s is reported, with the range of all")
 	fs.BoolVar(&o.skipPgbench, "skip-pgbench", false, "do not run pgbench")
-	fs.StringVar(&o.only, "only", "", "run only these parts, comma-separated: mode:latency pairs (e.g. default:20ms), sweep, recovery; for trying things out")
+	fs.StringVar(&o.only, "only", "", "run only these parts, comma-separated: mode:latency pairs (e.g. default:20ms), sweep, partitions, recovery; for trying things out")
 	fs.StringVar(&o.baseline, "baseline", "", "also measure the default mode of this binary (the code before the change) in the same sitting, and report before / after / ratio")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON here, after reading the previous results from it (shown as the previous run)")
 	fs.StringVar(&o.profileDir, "profile", "", "profile instead of benchmarking: drain one default-mode backlog at 0 ms and write cpu.pprof and allocs.pprof of the consumer here")
 	fs.IntVar(&o.profileSeconds, "profile-seconds", 20, "length of the CPU profile of -profile, from the first commit")
 	fs.IntVar(&o.profileBacklog, "profile-backlog", 500000, "records of the -profile backlog: enough to outlast -profile-seconds")
 	fs.BoolVar(&o.skipSweep, "skip-sweep", false, "do not run the backlog-size sweep")
+	fs.BoolVar(&o.skipPartitions, "skip-partitions", false, "do not run the partition-count sweep (12 to 160 partitions on one replica)")
 	fs.BoolVar(&o.skipRecovery, "skip-recovery", false, "do not run the crashed-replica and rolling-restart scenario")
 	fs.Float64Var(&o.recoveryRate, "recovery-rate", 1000, "offered load of the recovery scenario, events/s")
 	if err := fs.Parse(args); err != nil {
