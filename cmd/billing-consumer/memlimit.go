@@ -15,16 +15,25 @@ import (
 // is sized from the memory the process may use. docs/operations.md
 // ("Memory") explains the fractions; deploy/render_test.go checks that the
 // manifests' limit, GOMEMLIMIT and the default agree.
+//
+// The heap the budget costs is about twice the budget: the GC lets the
+// heap grow to twice what is live before it collects (GOGC=100), and a
+// heap held near GOMEMLIMIT instead costs CPU in collections (1.8x the
+// CPU per event at 160 partitions on 6a74246, whose windows held 185 MB
+// of heap).
 const (
-	// inflightDefaultShare: by default a quarter of the memory limit.
-	inflightDefaultShare = 4
-	// inflightMaxShare: at most half of it. The rest is the Go GC's
-	// headroom (a heap near GOMEMLIMIT costs CPU in collections), the
-	// handlers' working memory (bounded by BILLING_CONCURRENCY), the
-	// readers, the pools and the runtime.
-	inflightMaxShare = 2
+	// inflightDefaultShare: by default a sixteenth of the memory limit,
+	// 14.4 MiB of the Deployment's GOMEMLIMIT (230MiB), about 18,000
+	// records of the bench's size, far more than BILLING_CONCURRENCY
+	// needs queued.
+	inflightDefaultShare = 16
+	// inflightMaxShare: at most a quarter of it. Twice that is the heap
+	// the budget may cost; the rest is the handlers' working memory
+	// (bounded by BILLING_CONCURRENCY), the readers, the pools and the
+	// runtime.
+	inflightMaxShare = 4
 	// inflightNoLimit is the default without any memory limit.
-	inflightNoLimit = 64 << 20
+	inflightNoLimit = 16 << 20
 )
 
 // memoryLimit is the most memory the process may use, and where that
@@ -50,7 +59,7 @@ func memoryLimit() (limit int64, source string, ok bool) {
 }
 
 // maxInflightBytes is the consumer's in-flight budget: BILLING_MAX_INFLIGHT_BYTES,
-// or when it is 0 a quarter of the memory limit (64 MiB without one).
+// or when it is 0 a sixteenth of the memory limit (16 MiB without one).
 func (c config) maxInflightBytes() int64 {
 	if c.MaxInflightBytes > 0 {
 		return c.MaxInflightBytes
@@ -70,7 +79,7 @@ func (c config) validateBudget(v problem) {
 		return
 	}
 	if c.MaxInflightBytes < 0 {
-		v("MAX_INFLIGHT_BYTES", "must be 0 (a quarter of the memory limit) or positive, got %d", c.MaxInflightBytes)
+		v("MAX_INFLIGHT_BYTES", "must be 0 (a sixteenth of the memory limit) or positive, got %d", c.MaxInflightBytes)
 		return
 	}
 	budget, record := c.maxInflightBytes(), int64(c.KafkaMaxRecordBytes)+consumer.RecordOverhead
@@ -84,7 +93,7 @@ func (c config) validateBudget(v problem) {
 		return
 	}
 	if limit, source, ok := memoryLimit(); ok && budget > limit/inflightMaxShare {
-		v("MAX_INFLIGHT_BYTES", "%s does not fit in the process's memory limit of %d bytes (%s): at most half of it, %d",
+		v("MAX_INFLIGHT_BYTES", "%s does not fit in the process's memory limit of %d bytes (%s): at most a quarter of it, %d",
 			what, limit, source, limit/inflightMaxShare)
 	}
 }

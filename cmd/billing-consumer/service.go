@@ -169,6 +169,9 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		return nil, err
 	}
 	s.consume = s.consumer.Run
+	limit, source, _ := memoryLimit()
+	s.logger.Info("in-flight budget", "bytes", cfg.maxInflightBytes(), "max_record_bytes", cfg.KafkaMaxRecordBytes,
+		"memory_limit", limit, "memory_limit_source", source)
 	s.group = &groupWatcher{client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second},
 		topic: cfg.KafkaTopic, group: cfg.KafkaGroupID, consumer: s.consumer, logger: s.logger,
 		report: s.m.Unowned(cfg.KafkaTopic, cfg.KafkaGroupID)}
