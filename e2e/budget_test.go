@@ -16,15 +16,15 @@ import (
 // about a hundred records (BILLING_MAX_INFLIGHT_BYTES=64KiB) while
 // BILLING_CONCURRENCY allows 1,024, so fetching pauses all the time; the
 // provider takes 2 ms a charge, and answers 503 for one order (a slow key)
-// for its first 15 s, below BILLING_PARK_AFTER. While that order waits,
-// every other partition is committed to its end (each keeps its share of
-// the budget; the records done behind the slow one hold 64 bytes each);
+// until every other partition is committed to its end (each keeps its
+// share of the budget; the records done behind the slow one hold 64 bytes
+// each), which takes about a second (BILLING_PARK_AFTER, 30 s, would
+// release the slow order's partition anyway, on a machine far slower);
 // once it recovers, everything is charged exactly once and committed.
 func TestSmallBudgetStarvesNoPartition(t *testing.T) {
 	const (
 		orders     = 4_000
 		partitions = 24
-		slowFor    = 15 * time.Second
 	)
 	w := newWorld(t, partitions, paysim.Faults{Latency: 2 * time.Millisecond})
 	first := time.Now().UnixMilli() * 10
@@ -53,14 +53,10 @@ func TestSmallBudgetStarvesNoPartition(t *testing.T) {
 		return behind <= 1
 	})
 	held := time.Since(start)
-	if w.sim.ChargesFor(slow) != 0 || recovered.Load() {
+	if w.sim.ChargesFor(slow) != 0 {
 		t.Fatalf("the slow order was charged before the others were committed: the test proves nothing")
 	}
 	t.Logf("every other partition committed to its end %v after the start, the slow order still failing", held.Round(time.Millisecond))
-	if held >= slowFor {
-		t.Errorf("the other partitions took %v, longer than the slow order's %v: they waited behind it", held, slowFor)
-	}
-	time.Sleep(time.Until(start.Add(slowFor)))
 	recovered.Store(true)
 	w.waitDrained(t, p, 2*time.Minute)
 	w.waitSettled(t, p)
