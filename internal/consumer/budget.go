@@ -44,7 +44,10 @@ type budget struct {
 	free    int64 // of the pool
 	maxCost int64
 	used    map[int]int64 // per partition: its share and what it borrowed
+	// waiters wait for the pool, in the order they asked; waiting is the
+	// same by partition (a partition's one fetch waits at most once).
 	waiters []*budgetWaiter
+	waiting map[int]*budgetWaiter
 }
 
 // budgetWaiter is a partition's fetch waiting for room; granted is closed
@@ -60,7 +63,7 @@ type budgetWaiter struct {
 func newBudget(total, maxCost int64, partitions []int) *budget {
 	n := int64(max(len(partitions), 1))
 	pool := max(total/2, min(maxCost, total))
-	b := &budget{share: (total - pool) / n, maxCost: maxCost, used: make(map[int]int64, n)}
+	b := &budget{share: (total - pool) / n, maxCost: maxCost, used: make(map[int]int64, n), waiting: make(map[int]*budgetWaiter, n)}
 	b.free = total - b.share*n
 	return b
 }
@@ -107,6 +110,7 @@ func (b *budget) acquire(ctx context.Context, partition int, cost int64) error {
 	}
 	w := &budgetWaiter{partition: partition, cost: cost, granted: make(chan struct{})}
 	b.waiters = append(b.waiters, w)
+	b.waiting[partition] = w
 	b.mu.Unlock()
 	select {
 	case <-w.granted:
@@ -115,16 +119,26 @@ func (b *budget) acquire(ctx context.Context, partition int, cost int64) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for i, o := range b.waiters {
-		if o == w {
-			b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
-			b.grant() // w may have held up those behind it
-			return ctx.Err()
-		}
+	if b.waiting[partition] == w {
+		b.remove(w)
+		b.grantPool() // w may have held up those behind it
+		return ctx.Err()
 	}
 	// Granted just as ctx ended: give it back.
 	b.releaseLocked(partition, cost)
 	return ctx.Err()
+}
+
+// remove takes w out of the waiters; b.mu is held.
+func (b *budget) remove(w *budgetWaiter) {
+	delete(b.waiting, w.partition)
+	for i, o := range b.waiters {
+		if o == w {
+			b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+			clear(b.waiters[len(b.waiters) : len(b.waiters)+1])
+			return
+		}
+	}
 }
 
 // release gives back cost charged to partition.
@@ -144,29 +158,32 @@ func (b *budget) releaseAll(partition int) {
 	b.releaseLocked(partition, b.used[partition])
 }
 
+// releaseLocked gives back cost and admits what now fits: the releasing
+// partition's own waiter if it is back within its share (only its own
+// releases can bring it there), then waiters for the pool in order, so
+// that a release costs O(1), not a scan of every partition; b.mu is held.
 func (b *budget) releaseLocked(partition int, cost int64) {
 	u := b.used[partition]
 	cost = min(cost, u)
 	b.free += b.borrowed(u) - b.borrowed(u-cost)
 	b.used[partition] = u - cost
-	b.grant()
+	if w := b.waiting[partition]; w != nil && b.extra(partition, w.cost) == 0 && b.charge(partition, w.cost) {
+		b.remove(w)
+		close(w.granted)
+	}
+	b.grantPool()
 }
 
-// grant admits waiters: in order for those that need the pool, and any
-// that fit in their own share; b.mu is held.
-func (b *budget) grant() {
-	blocked := false
-	kept := b.waiters[:0]
-	for _, w := range b.waiters {
-		if (b.extra(w.partition, w.cost) == 0 || !blocked) && b.charge(w.partition, w.cost) {
-			close(w.granted)
-			continue
-		}
-		blocked = true
-		kept = append(kept, w)
+// grantPool admits the waiters for the pool in the order they asked, while
+// the first fits; b.mu is held.
+func (b *budget) grantPool() {
+	for len(b.waiters) > 0 && b.charge(b.waiters[0].partition, b.waiters[0].cost) {
+		w := b.waiters[0]
+		b.waiters[0] = nil
+		b.waiters = b.waiters[1:]
+		delete(b.waiting, w.partition)
+		close(w.granted)
 	}
-	clear(b.waiters[len(kept):])
-	b.waiters = kept
 }
 
 // inUse is what the partitions hold in total (for tests).
