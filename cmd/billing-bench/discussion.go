@@ -153,7 +153,7 @@ func (r report) memoryAndNoise(p func(format string, args ...any)) {
 		peak = max(peak, x.PeakRSS)
 	}
 	p("- **Peak RSS** (%s at most) stays low because fetching is bounded: what all partitions hold between fetch and commit is one budget "+
-		"(BILLING_MAX_INFLIGHT_BYTES, by default a sixteenth of the memory limit; docs/operations.md, Memory), and at most BILLING_CONCURRENCY (%d) events run at once.\n",
+		"(BILLING_MAX_INFLIGHT_BYTES, by default a thirty-second of the memory limit; docs/operations.md, Memory), and at most BILLING_CONCURRENCY (%d) events run at once.\n",
 		mb(peak), r.env.Defaults.Concurrency)
 	var busy []string
 	for _, x := range r.results {

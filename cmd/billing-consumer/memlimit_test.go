@@ -14,7 +14,7 @@ func withMemoryLimit(t *testing.T, limit int64) {
 	t.Cleanup(func() { debug.SetMemoryLimit(old) })
 }
 
-// TestInflightBudget: BILLING_MAX_INFLIGHT_BYTES defaults to a sixteenth of
+// TestInflightBudget: BILLING_MAX_INFLIGHT_BYTES defaults to a thirty-second of
 // the memory limit; run stops with one line naming the variable when the
 // budget cannot hold one maximal record or does not fit in the memory
 // limit, and names BILLING_KAFKA_MAX_RECORD_BYTES when that is out of
@@ -29,7 +29,7 @@ func TestInflightBudget(t *testing.T) {
 		want    int64  // the budget, when valid
 		wantVar string // the variable named, when not
 	}{
-		{"default: a sixteenth of the pod's GOMEMLIMIT", 230 * mib, nil, 230 * mib / 16, ""},
+		{"default: a thirty-second of the pod's GOMEMLIMIT", 230 * mib, nil, 230 * mib / 32, ""},
 		{"explicit, within a quarter", 230 * mib, map[string]string{"BILLING_MAX_INFLIGHT_BYTES": "33554432"}, 32 * mib, ""},
 		{"a small record limit allows a small budget", 230 * mib, map[string]string{
 			"BILLING_MAX_INFLIGHT_BYTES": "65536", "BILLING_KAFKA_MAX_RECORD_BYTES": "16384"}, 64 << 10, ""},

@@ -66,7 +66,7 @@ type Config struct {
 	// RecordOverhead while it is not done, and 64 bytes from then until it
 	// is committable. A partition whose next record does not fit stops
 	// fetching until records complete; each partition has a reserved
-	// share, so none starves. Zero: 16 MiB. It must hold one maximal
+	// share, so none starves. Zero: 8 MiB. It must hold one maximal
 	// record (MaxRecordBytes plus RecordOverhead).
 	MaxInFlightBytes int64
 	// CommitInterval batches offset commits: one request for every
@@ -162,7 +162,7 @@ func New(cfg Config, handle Handler) (*Consumer, error) {
 		cfg.Concurrency = 1
 	}
 	if cfg.MaxInFlightBytes <= 0 {
-		cfg.MaxInFlightBytes = 16 << 20
+		cfg.MaxInFlightBytes = 8 << 20
 	}
 	if cfg.MaxRecordBytes > maxRecordLimit {
 		return nil, fmt.Errorf("consumer: max record bytes %d above %d", cfg.MaxRecordBytes, maxRecordLimit)
