@@ -13,7 +13,7 @@ import (
 
 // The in-flight budget (BILLING_MAX_INFLIGHT_BYTES, see consumer.Config)
 // is sized from the memory the process may use. docs/operations.md
-// ("Memory") explains the fractions; deploy/render_test.go checks that the
+// ("Memory") explains the fractions; deploy/memory_test.go checks that the
 // manifests' limit, GOMEMLIMIT and the default agree.
 //
 // The heap the budget costs is about twice the budget: the GC lets the
