@@ -18,7 +18,7 @@ import (
 // provider takes 2 ms a charge, and answers 503 for one order (a slow key)
 // until every other partition is committed to its end (each keeps its
 // share of the budget; the records done behind the slow one hold 64 bytes
-// each), which takes about a second (BILLING_PARK_AFTER, 30 s, would
+// each), which takes a second or two (BILLING_PARK_AFTER, 30 s, would
 // release the slow order's partition anyway, on a machine far slower);
 // once it recovers, everything is charged exactly once and committed.
 func TestSmallBudgetStarvesNoPartition(t *testing.T) {
