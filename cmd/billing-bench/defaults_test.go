@@ -12,13 +12,12 @@ func TestParseDefaults(t *testing.T) {
 	const help = `Environment:
 BILLING_BATCH_SIZE                Integer                         31                             most events billed in one transaction
 BILLING_CONCURRENCY               Integer                         257                            events processed at once by this instance
-BILLING_PARTITION_WINDOW          Integer                         1000                           records of one partition fetched but not yet committable
 BILLING_KAFKA_SESSION_TIMEOUT     Duration                        10s                            consumer group session timeout
 BILLING_DRAIN_TIMEOUT             Duration                        5s                             how long in-flight events may finish
 BILLING_KAFKA_TOPIC               String                                                         the source topic
 `
 	d, err := parseDefaults(help)
-	if err != nil || d.Concurrency != 257 || d.BatchSize != 31 || d.PartitionWindow != 1000 {
+	if err != nil || d.Concurrency != 257 || d.BatchSize != 31 {
 		t.Fatalf("parseDefaults = %+v, %v", d, err)
 	}
 	if len(d.Group) != 2 || d.Group["BILLING_KAFKA_SESSION_TIMEOUT"] != "10s" || d.Group["BILLING_DRAIN_TIMEOUT"] != "5s" {

@@ -152,8 +152,9 @@ func (r report) memoryAndNoise(p func(format string, args ...any)) {
 	for _, x := range r.results {
 		peak = max(peak, x.PeakRSS)
 	}
-	p("- **Peak RSS** (%s at most) stays low because fetching is bounded: at most BILLING_PARTITION_WINDOW (%d) records per partition are held "+
-		"between fetch and commit, and at most BILLING_CONCURRENCY (%d) events run at once.\n", mb(peak), r.env.Defaults.PartitionWindow, r.env.Defaults.Concurrency)
+	p("- **Peak RSS** (%s at most) stays low because fetching is bounded: what all partitions hold between fetch and commit is one budget "+
+		"(BILLING_MAX_INFLIGHT_BYTES, by default a thirty-second of the memory limit; docs/operations.md, Memory), and at most BILLING_CONCURRENCY (%d) events run at once.\n",
+		mb(peak), r.env.Defaults.Concurrency)
 	var busy []string
 	for _, x := range r.results {
 		if x.CPU.Other > 0.2 {

@@ -37,9 +37,8 @@ type machine struct {
 // relies on, read from `billing-consumer help` so that the report never
 // states a figure copied by hand.
 type defaults struct {
-	Concurrency     int // BILLING_CONCURRENCY
-	BatchSize       int // BILLING_BATCH_SIZE
-	PartitionWindow int // BILLING_PARTITION_WINDOW
+	Concurrency int // BILLING_CONCURRENCY
+	BatchSize   int // BILLING_BATCH_SIZE
 	// Group are the defaults of the group and shutdown settings that the
 	// recovery scenario depends on, as the help prints them, by variable;
 	// only those the binary has (a heartbeat setting may not exist).
@@ -69,7 +68,6 @@ func parseDefaults(help string) (defaults, error) {
 	d := defaults{Group: map[string]string{}}
 	want := map[string]*int{
 		"BILLING_CONCURRENCY": &d.Concurrency, "BILLING_BATCH_SIZE": &d.BatchSize,
-		"BILLING_PARTITION_WINDOW": &d.PartitionWindow,
 	}
 	for line := range strings.Lines(help) {
 		f := strings.Fields(line)

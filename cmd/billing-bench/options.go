@@ -28,11 +28,11 @@ type options struct {
 	jsonPath string
 	// profileDir, when set, makes the run a profile (make profile): one
 	// backlog of profileBacklog records, a CPU profile of profileSeconds.
-	profileDir                     string
-	profileSeconds, profileBacklog int
-	skipSweep, skipRecovery        bool
-	skipClients, skipFailing       bool
-	recoveryRate                   float64 // offered load of the recovery scenario, events/s
+	profileDir                               string
+	profileSeconds, profileBacklog           int
+	skipSweep, skipRecovery                  bool
+	skipClients, skipFailing, skipPartitions bool
+	recoveryRate                             float64 // offered load of the recovery scenario, events/s
 }
 
 // selected reports whether -only (empty: everything) names part, a
@@ -60,7 +60,7 @@ func parseOptions(args []string) (options, error) {
 	fs.Float64Var(&o.scale, "scale", 1, "multiplies every backlog size (e.g. 0.2 for a quick try)")
 	fs.IntVar(&o.repeat, "repeat", 3, "drains of each default-mode backlog (the table, the baseline, the sweep); the run with the median events/s is reported, with the range of all")
 	fs.BoolVar(&o.skipPgbench, "skip-pgbench", false, "do not run pgbench")
-	fs.StringVar(&o.only, "only", "", "run only these parts, comma-separated: mode:latency pairs (e.g. default:20ms, fasthttp-tls:0s), clients, sweep, recovery, failing; for trying things out")
+	fs.StringVar(&o.only, "only", "", "run only these parts, comma-separated: mode:latency pairs (e.g. default:20ms, fasthttp-tls:0s), clients, sweep, partitions, recovery, failing; for trying things out")
 	fs.StringVar(&o.baseline, "baseline", "", "also measure the default mode of this binary (the code before the change) in the same sitting, and report before / after / ratio")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON here, after reading the previous results from it (shown as the previous run)")
 	fs.StringVar(&o.profileDir, "profile", "", "profile instead of benchmarking: drain one default-mode backlog at 0 ms and write cpu.pprof and allocs.pprof of the consumer here")
@@ -68,6 +68,7 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.profileBacklog, "profile-backlog", 500000, "records of the -profile backlog: enough to outlast -profile-seconds")
 	fs.BoolVar(&o.skipSweep, "skip-sweep", false, "do not run the backlog-size sweep")
 	fs.BoolVar(&o.skipClients, "skip-clients", false, "do not run the payment-client modes (nethttp, fasthttp, each over plain HTTP and TLS: clients.go)")
+	fs.BoolVar(&o.skipPartitions, "skip-partitions", false, "do not run the partition-count sweep (12 to 160 partitions on one replica)")
 	fs.BoolVar(&o.skipRecovery, "skip-recovery", false, "do not run the crashed-replica and rolling-restart scenario")
 	fs.BoolVar(&o.skipFailing, "skip-failing", false, "do not run the row with 0.1% of orders failing at the provider for a minute")
 	fs.Float64Var(&o.recoveryRate, "recovery-rate", 1000, "offered load of the recovery scenario, events/s")

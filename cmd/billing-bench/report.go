@@ -17,6 +17,7 @@ type report struct {
 	// baseline are the runs of the -baseline binary (default mode only).
 	baseline []result
 	sweep    []result    // the backlog-size sweep (default mode, 0 ms)
+	parts    []partRow   // the partition sweep (partsweep.go)
 	previous *runJSON    // the previous run's -json, if any
 	recovery []recovery  // the recovery scenario, of the binary under test then of the baseline
 	failing  *failingRun // the row with failing orders (failing.go); nil when not run
@@ -74,6 +75,7 @@ func (r report) printTable(w io.Writer) {
 		fmt.Fprintf(w, "target %-38s %-22s %s\n", t.name, t.measured, t.verdict())
 	}
 	r.printSweep(w)
+	r.printPartitions(w)
 	r.printRecovery(w)
 	r.printFailing(w)
 	fmt.Fprintf(w, "bench took %s\n", r.took.Round(time.Second))
@@ -128,6 +130,7 @@ func (r report) targets() []target {
 	ts = append(ts, r.issue14Targets()...)
 	ts = append(ts, target{"peak RSS < 150 MB", mb(peak), peak < 150e6, false})
 	ts = append(ts, r.sweepTargets()...)
+	ts = append(ts, r.partitionTargets()...)
 	ts = append(ts, r.recoveryTargets()...)
 	return append(ts, r.failingTargets()...)
 }
@@ -159,6 +162,7 @@ func (r report) markdown(chart string) string {
 	r.baselineMarkdown(&b)
 	r.previousMarkdown(&b)
 	r.sweepMarkdown(&b)
+	r.partitionsMarkdown(&b)
 	p("\nWhile the backlog drained: CPU used, in cores (CPU-seconds per second; %d in all), and the mean number of charges in progress "+
 		"at the simulator (sampled every 20 ms):\n\n", e.CPUs)
 	p("| mode | provider latency | consumer | postgres | kafka | harness + simulator | other | idle | charges in progress |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")

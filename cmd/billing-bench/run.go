@@ -40,6 +40,9 @@ type bench struct {
 	svc        services
 	prof       *profiler    // nil unless -profile
 	tlsProv    *tlsProvider // made by the first tls mode (tlsprovider.go)
+	// topicPartitions, when set, is the partition count of the topics
+	// newPhase creates instead of partitions (the partition sweep).
+	topicPartitions int
 }
 
 // bin is the binary of result r: the one under test, or the -baseline one.
@@ -123,7 +126,7 @@ type phase struct {
 // gets a fresh range of at least records order ids.
 func (b *bench) newPhase(ctx context.Context, m mode, latency time.Duration, kind string, records int, baseline bool) (*phase, error) {
 	name := kafkatest.UniqueName(fmt.Sprintf("bench-%s-%dms-%s", m.name, latency.Milliseconds(), kind))
-	if err := kafkatest.CreateTopicErr(ctx, b.o.brokers, name, partitions); err != nil {
+	if err := kafkatest.CreateTopicErr(ctx, b.o.brokers, name, cmp.Or(b.topicPartitions, partitions)); err != nil {
 		return nil, fmt.Errorf("create topic %s: %w", name, err)
 	}
 	dbURL, db := b.o.dbURL, b.pool

@@ -45,6 +45,12 @@ func (b *bench) measureAll(ctx context.Context, rep *report) error {
 			return err
 		}
 	}
+	if !o.skipPartitions && o.selected("partitions") {
+		var err error
+		if rep.parts, err = b.runPartitionSweep(ctx); err != nil {
+			return err
+		}
+	}
 	if !o.skipRecovery && o.selected("recovery") {
 		for _, baseline := range []bool{false, true} {
 			if baseline && o.baseline == "" {
@@ -75,6 +81,9 @@ func (r report) failures() []string {
 	}
 	for _, rec := range r.recovery {
 		f = append(f, rec.problems...)
+	}
+	for _, x := range r.parts {
+		f = append(append(f, x.After.problems...), x.Before.problems...)
 	}
 	return append(f, r.failingFailures()...)
 }

@@ -46,7 +46,8 @@ type config struct {
 	PaymentClient    string        `split_words:"true" default:"nethttp" desc:"HTTP client library of the payment calls: nethttp (net/http: HTTP/1.1 or HTTP/2, honours HTTPS_PROXY) or fasthttp (HTTP/1.1 only, less CPU per charge, no proxy); both make one attempt per charge, never re-send it on their own, and classify answers alike"`
 
 	Concurrency            int           `split_words:"true" default:"1024" desc:"events processed at once by this instance, across partitions; events with the same record key always run one at a time, in order. 1 with BILLING_KAFKA_COMMIT_INTERVAL=0 is the sequential mode"`
-	PartitionWindow        int           `split_words:"true" default:"1024" desc:"records of one partition fetched but not yet committable; a full window pauses fetching (bounds memory)"`
+	MaxInflightBytes       int64         `split_words:"true" default:"0" desc:"bytes all partitions together may hold between fetch and commit (each record its key, value and headers plus 512); a partition whose next record does not fit stops fetching until records complete, each partition keeps a fair share. 0: a thirty-second of the memory limit (GOMEMLIMIT, else the cgroup's; 8MiB without one). At least one maximal record, at most a quarter of the memory limit (the heap it costs is about twice the budget)"`
+	KafkaMaxRecordBytes    int           `split_words:"true" default:"1048576" desc:"largest record expected (Kafka's default limit, 1MiB), and the most one fetch of a partition asks for; a larger record is still consumed, counted as this large"`
 	KafkaCommitInterval    time.Duration `split_words:"true" default:"1s" desc:"commit offsets (the finished prefix of each partition) on this interval, and on revoke and shutdown; 0 commits after every event"`
 	KafkaSessionTimeout    time.Duration `split_words:"true" default:"6s" desc:"consumer group session timeout: a crashed replica's partitions stand still this long (plus about a second) before the group hands them to another; every rebalance pauses all replicas (kafka-go's eager protocol). Shorter recovers faster but must outlast a drain (no heartbeat while draining) and a stalled process; brokers refuse less than group.min.session.timeout.ms (6s by default)"`
 	KafkaHeartbeatInterval time.Duration `split_words:"true" default:"500ms" desc:"interval of the heartbeats that keep the session alive and discover a rebalance; below a third of BILLING_KAFKA_SESSION_TIMEOUT"`
@@ -203,7 +204,10 @@ func secret(name, value, file string) (string, error) {
 
 // need says which settings a command requires. The database is required
 // unless withoutDB says otherwise (dlq replay): the zero value stays safe.
-type need struct{ kafka, payment, withoutDB bool }
+// consume is run's: the consumer's in-flight budget, checked against this
+// process's memory limit (a CronJob with a smaller pod shares the
+// ConfigMap, and does not consume).
+type need struct{ kafka, payment, withoutDB, consume bool }
 
 // dbMaxConns is the pool size: BILLING_DB_MAX_CONNS, or when it is 0 enough
 // for the billing transactions plus background work (maintenance,

@@ -32,7 +32,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := noFlags("run", args, stdout); err != nil {
 		return err
 	}
-	cfg, err := configFor(need{kafka: true, payment: true})
+	cfg, err := configFor(need{kafka: true, payment: true, consume: true})
 	if err != nil {
 		return err
 	}

@@ -162,8 +162,9 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 	}
 	if s.consumer, err = consumer.New(consumer.Config{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, GroupID: cfg.KafkaGroupID, Dialer: s.kconns.Dialer,
-		Concurrency: cfg.Concurrency, PartitionWindow: cfg.PartitionWindow, CommitInterval: cfg.KafkaCommitInterval,
-		DrainTimeout: cfg.DrainTimeout, SessionTimeout: cfg.KafkaSessionTimeout, RebalanceTimeout: cfg.KafkaRebalanceTimeout,
+		Concurrency: cfg.Concurrency, MaxInFlightBytes: cfg.maxInflightBytes(), MaxRecordBytes: cfg.KafkaMaxRecordBytes,
+		CommitInterval: cfg.KafkaCommitInterval,
+		DrainTimeout:   cfg.DrainTimeout, SessionTimeout: cfg.KafkaSessionTimeout, RebalanceTimeout: cfg.KafkaRebalanceTimeout,
 		HeartbeatInterval: cfg.KafkaHeartbeatInterval,
 		Logger:            s.logger,
 		OnCommit:          s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now),
@@ -172,6 +173,9 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		return nil, err
 	}
 	s.consume = s.consumer.Run
+	limit, source, _ := memoryLimit()
+	s.logger.Info("in-flight budget", "bytes", cfg.maxInflightBytes(), "max_record_bytes", cfg.KafkaMaxRecordBytes,
+		"memory_limit", limit, "memory_limit_source", source)
 	s.group = &groupWatcher{client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second},
 		topic: cfg.KafkaTopic, group: cfg.KafkaGroupID, consumer: s.consumer, logger: s.logger,
 		report: s.m.Unowned(cfg.KafkaTopic, cfg.KafkaGroupID)}

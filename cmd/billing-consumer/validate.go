@@ -46,9 +46,6 @@ func (c config) validate(n need) []string {
 	if c.Concurrency < 1 || c.Concurrency > 4096 {
 		v("CONCURRENCY", "must be between 1 and 4096, got %d", c.Concurrency)
 	}
-	if c.PartitionWindow < 1 || c.PartitionWindow > 1_000_000 {
-		v("PARTITION_WINDOW", "must be between 1 and 1000000, got %d", c.PartitionWindow)
-	}
 	if c.DedupRetention < 24*time.Hour {
 		v("DEDUP_RETENTION", "must be at least 24h (a redelivery may come a day late), got %s", c.DedupRetention)
 	}
@@ -93,6 +90,9 @@ func (c config) validate(n need) []string {
 	}
 	if n.payment {
 		c.validatePayment(v)
+	}
+	if n.consume {
+		c.validateBudget(v)
 	}
 	return errs
 }

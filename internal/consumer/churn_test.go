@@ -152,7 +152,7 @@ func churn(t *testing.T, interval time.Duration) {
 		cfg := env.config(t)
 		cfg.Concurrency = 2
 		cfg.CommitInterval = interval
-		cfg.PartitionWindow = 64
+		cfg.MaxRecordBytes, cfg.MaxInFlightBytes = 1024, 3*64*(RecordOverhead+8)
 		cfg.OnCommit = l.onCommit(name)
 		return startConsumer(t, cfg, l.handler(name, count))
 	}

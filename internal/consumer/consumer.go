@@ -4,8 +4,9 @@
 // partition.
 //
 // Each group generation runs one goroutine per assigned partition, which
-// fetches and dispatches messages by key (see Handler) to a pool of
-// Concurrency long-lived workers shared by all partitions, and one commit
+// fetches and dispatches messages by key (see Handler) to a pool of at
+// most Concurrency workers shared by all partitions (started as the work
+// needs them, ended when idle), and one commit
 // loop that commits the finished prefix of every partition in one request
 // per CommitInterval. When the generation ends (a rebalance) or Run's
 // context is cancelled, each partition stops fetching and gives its
@@ -13,6 +14,14 @@
 // commits what finished, and only then is the generation released: kafka-go
 // rejoins the group only after that, so no other member can be handed a
 // partition while this one may still commit it.
+//
+// Memory: what the partitions of a generation hold in flight (records
+// fetched and not done, and the entries of those done but not yet
+// committable) is bounded by one budget, MaxInFlightBytes, shared fairly
+// among them (see budget), not by a window per partition: it does not grow
+// with the partition count. What each owned partition costs besides is
+// small and fixed (its reader's queue of readerQueue records, its
+// connection and goroutines); docs/operations.md has the whole model.
 package consumer
 
 import (
@@ -52,9 +61,14 @@ type Config struct {
 	// consumer. Messages with the same key always run one at a time, in
 	// offset order. 1 is the sequential baseline.
 	Concurrency int
-	// PartitionWindow caps the messages of one partition that are fetched
-	// but not yet committable; a full window pauses fetching. Zero: 1024.
-	PartitionWindow int
+	// MaxInFlightBytes bounds what all partitions together hold between
+	// fetch and commit: each record costs its key, value and headers plus
+	// RecordOverhead while it is not done, and 64 bytes from then until it
+	// is committable. A partition whose next record does not fit stops
+	// fetching until records complete; each partition has a reserved
+	// share, so none starves. Zero: 8 MiB. It must hold one maximal
+	// record (MaxRecordBytes plus RecordOverhead).
+	MaxInFlightBytes int64
 	// CommitInterval batches offset commits: one request for every
 	// partition with progress, per interval. Zero commits after every
 	// completed message: with Concurrency 1, the sequential baseline.
@@ -77,7 +91,11 @@ type Config struct {
 	SessionTimeout    time.Duration // zero: kafka-go's default (30s)
 	RebalanceTimeout  time.Duration // zero: kafka-go's default (30s)
 	HeartbeatInterval time.Duration // zero: kafka-go's default (3s)
-	MaxBytes          int           // largest fetch; zero: 10 MiB
+	// MaxRecordBytes is the largest record expected, and the most one
+	// fetch of a partition asks for (Kafka still returns a larger record,
+	// alone; the budget counts it as a maximal one). Zero: 1 MiB, Kafka's
+	// default largest record.
+	MaxRecordBytes int
 	// PartitionWatchInterval is how often the topic's partition count is
 	// re-read: partitions added while the consumer runs are rebalanced
 	// onto the group within about this interval plus one rebalance (see
@@ -109,8 +127,10 @@ type Consumer struct {
 	gen    atomic.Pointer[Generation] // nil between generations
 	// endGen ends the current generation's partitions (see Rejoin); nil
 	// between generations.
-	endGen atomic.Pointer[context.CancelFunc]
-	jobs   chan job // to the idle workers; see startWorkers
+	endGen  atomic.Pointer[context.CancelFunc]
+	jobs    chan job        // to the idle workers; see startWorkers
+	slots   chan struct{}   // a token per live worker, Concurrency at most
+	workers *sync.WaitGroup // the live workers
 }
 
 // New validates cfg and returns a Consumer that calls handle for each
@@ -135,14 +155,21 @@ func New(cfg Config, handle Handler) (*Consumer, error) {
 	if cfg.CommitTimeout <= 0 {
 		cfg.CommitTimeout = 10 * time.Second
 	}
-	if cfg.MaxBytes <= 0 {
-		cfg.MaxBytes = 10 << 20
+	if cfg.MaxRecordBytes <= 0 {
+		cfg.MaxRecordBytes = 1 << 20
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 1
 	}
-	if cfg.PartitionWindow <= 0 {
-		cfg.PartitionWindow = 1024
+	if cfg.MaxInFlightBytes <= 0 {
+		cfg.MaxInFlightBytes = 8 << 20
+	}
+	if cfg.MaxRecordBytes > maxRecordLimit {
+		return nil, fmt.Errorf("consumer: max record bytes %d above %d", cfg.MaxRecordBytes, maxRecordLimit)
+	}
+	if cfg.MaxInFlightBytes < cfg.maxCost() {
+		return nil, fmt.Errorf("consumer: max in-flight bytes %d cannot hold one maximal record (%d bytes plus %d overhead)",
+			cfg.MaxInFlightBytes, cfg.MaxRecordBytes, RecordOverhead)
 	}
 	if cfg.PartitionWatchInterval == 0 {
 		cfg.PartitionWatchInterval = 5 * time.Second
@@ -168,6 +195,13 @@ func New(cfg Config, handle Handler) (*Consumer, error) {
 	}
 	return &Consumer{cfg: cfg, handle: handle}, nil
 }
+
+// maxRecordLimit is the largest MaxRecordBytes: Kafka's own limits are far
+// below it, and a record's cost must fit the offsets entry's int32.
+const maxRecordLimit = 1 << 30
+
+// maxCost is what a maximal record costs in the budget.
+func (cfg Config) maxCost() int64 { return int64(cfg.MaxRecordBytes) + RecordOverhead }
 
 // Joined reports whether the consumer is currently a member of a group
 // generation (for /readyz).
@@ -319,10 +353,15 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
 // rejoins the group. With no partition (more members than partitions) it
 // stays an idle member until stop ends.
 func (c *Consumer) consumePartitions(stop context.Context, cancel context.CancelFunc, cm *committer, assigned []kafka.PartitionAssignment) {
+	ids := make([]int, 0, len(assigned))
+	for _, a := range assigned {
+		ids = append(ids, a.ID)
+	}
+	b := newBudget(c.cfg.MaxInFlightBytes, c.cfg.maxCost(), ids)
 	var wg sync.WaitGroup
 	for _, a := range assigned {
 		wg.Go(func() {
-			if !c.consumePartition(stop, cm, a.ID, a.Offset) {
+			if !c.consumePartition(stop, cm, b, a.ID, a.Offset) {
 				cancel()
 			}
 		})

@@ -67,11 +67,17 @@ func newBenchPartition(b *testing.B, c *Consumer) func(n int, keys [][]byte) {
 		stop, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		cm := newCommitter(func(map[int]int64) error { return nil }, nil, c.cfg.Logger)
-		p := newPartitionState(c, cm, 0, c.cfg.Logger, stop, stop)
-		fetched := make(chan kafka.Message)
+		bud := newBudget(c.cfg.MaxInFlightBytes, c.cfg.maxCost(), []int{0})
+		p := newPartitionState(c, cm, bud, 0, c.cfg.Logger, stop, stop)
+		fetched := make(chan fetchedMsg)
 		go func() {
 			for i := range n {
-				fetched <- kafka.Message{Partition: 0, Offset: int64(i), Key: keys[i%len(keys)]}
+				msg := kafka.Message{Partition: 0, Offset: int64(i), Key: keys[i%len(keys)]}
+				cost := bud.cost(msg)
+				if bud.acquire(stop, 0, cost) != nil {
+					return
+				}
+				fetched <- fetchedMsg{msg: msg, cost: cost}
 			}
 		}()
 		for i := 0; p.offs.next < int64(n); i++ {

@@ -128,10 +128,14 @@ func TestOffsets(t *testing.T) {
 				switch {
 				case step.fetch != nil:
 					for _, f := range step.fetch {
-						o.fetched(f, Timing{Fetched: fetchTime(f)})
+						o.fetched(f, Timing{Fetched: fetchTime(f)}, 100+f)
 					}
 				case step.done != nil:
-					advanced = offsetsOf(o.done(*step.done, nil))
+					timings, cost := o.done(*step.done, nil)
+					advanced = offsetsOf(timings)
+					if cost != 100+*step.done {
+						t.Errorf("step %d: done(%d) returned the cost %d, want the %d fetched recorded", i, *step.done, cost, 100+*step.done)
+					}
 				case step.committed != nil:
 					o.committed = *step.committed
 				}
@@ -142,8 +146,8 @@ func TestOffsets(t *testing.T) {
 				if next != step.wantNext || ahead != step.wantAhead {
 					t.Errorf("step %d: committable() = %d, %v; want %d, %v", i, next, ahead, step.wantNext, step.wantAhead)
 				}
-				if got := o.inFlight(); got != step.wantInFlight {
-					t.Errorf("step %d: inFlight() = %d, want %d", i, got, step.wantInFlight)
+				if got := undone(o); got != step.wantInFlight {
+					t.Errorf("step %d: %d entries not done, want %d", i, got, step.wantInFlight)
 				}
 			}
 		})
@@ -166,12 +170,13 @@ func TestOffsetsRandomCompletion(t *testing.T) {
 		}
 		o := newOffsets()
 		for _, f := range fetched {
-			o.fetched(f, Timing{Fetched: fetchTime(f)})
+			o.fetched(f, Timing{Fetched: fetchTime(f)}, 1)
 		}
 		isDone := map[int64]bool{}
 		var handedOut []int64
 		for _, i := range rng.Perm(len(fetched)) {
-			handedOut = append(handedOut, offsetsOf(o.done(fetched[i], nil))...)
+			timings, _ := o.done(fetched[i], nil)
+			handedOut = append(handedOut, offsetsOf(timings)...)
 			isDone[fetched[i]] = true
 
 			want := int64(-1)
@@ -198,8 +203,19 @@ func TestOffsetsRandomCompletion(t *testing.T) {
 		if !slices.Equal(handedOut, fetched) {
 			t.Fatalf("round %d: done handed out fetch times of %v, want each of %v once, in order", round, handedOut, fetched)
 		}
-		if n := o.inFlight(); n != 0 {
-			t.Fatalf("round %d: inFlight %d after all done", round, n)
+		if n := undone(o); n != 0 {
+			t.Fatalf("round %d: %d entries not done after all done", round, n)
 		}
 	}
+}
+
+// undone counts the messages o tracks that are not done.
+func undone(o *offsets) int {
+	n := 0
+	for _, p := range o.pending {
+		if !p.done {
+			n++
+		}
+	}
+	return n
 }

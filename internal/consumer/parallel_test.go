@@ -88,16 +88,16 @@ func TestKeyOrderedParallelism(t *testing.T) {
 	t.Logf("up to %d handlers at once", maxRun.Load())
 }
 
-// TestPartitionWindowBoundsFetching: with every handler blocked, a
-// partition starts no more than PartitionWindow records, however much
-// Concurrency allows, and commits nothing past an unfinished record.
-func TestPartitionWindowBoundsFetching(t *testing.T) {
+// TestBudgetBoundsFetching: with every handler blocked, a partition
+// starts no more records than MaxInFlightBytes holds (4 here), however
+// much Concurrency allows, and commits nothing past an unfinished record.
+func TestBudgetBoundsFetching(t *testing.T) {
 	env := newKafkaEnv(t, 1)
 	w := env.writer()
 	defer w.Close()
 	var msgs []kafka.Message
 	for i := range 50 {
-		msgs = append(msgs, kafka.Message{Key: fmt.Appendf(nil, "0/k%d", i), Value: []byte("v")})
+		msgs = append(msgs, kafka.Message{Key: fmt.Appendf(nil, "0/k%02d", i), Value: []byte("v")})
 	}
 	if err := w.WriteMessages(context.Background(), msgs...); err != nil {
 		t.Fatal(err)
@@ -106,7 +106,8 @@ func TestPartitionWindowBoundsFetching(t *testing.T) {
 	var started atomic.Int32
 	cfg := env.config(t)
 	cfg.Concurrency = 100
-	cfg.PartitionWindow = 4
+	// Each record costs 5+1 bytes plus RecordOverhead: 4 fit, 5 do not.
+	cfg.MaxRecordBytes, cfg.MaxInFlightBytes = 1024, 4*(RecordOverhead+6)
 	cfg.CommitInterval = 20 * time.Millisecond
 	r := startConsumer(t, cfg, func(ctx context.Context, msg kafka.Message) error {
 		started.Add(1)
@@ -117,10 +118,10 @@ func TestPartitionWindowBoundsFetching(t *testing.T) {
 			return ctx.Err()
 		}
 	})
-	poll.Until(t, waitLong, "the window to fill", func() bool { return started.Load() >= 4 })
+	poll.Until(t, waitLong, "the budget to fill", func() bool { return started.Load() >= 4 })
 	time.Sleep(300 * time.Millisecond) // give a wrong implementation the chance to start more
 	if n := started.Load(); n != 4 {
-		t.Fatalf("%d records started with a window of 4", n)
+		t.Fatalf("%d records started with a budget of 4", n)
 	}
 	if l := env.lags(t)[0]; l.Committed > 0 {
 		t.Fatalf("committed %d while every record is unfinished", l.Committed)

@@ -20,10 +20,11 @@ import (
 //
 // Only this goroutine touches the partition's state (offsets, key queues);
 // workers report back on a channel.
-func (c *Consumer) consumePartition(stop context.Context, cm *committer, partition int, offset int64) bool {
+func (c *Consumer) consumePartition(stop context.Context, cm *committer, b *budget, partition int, offset int64) bool {
 	log := c.cfg.Logger.With("topic", c.cfg.Topic, "partition", partition)
 	r, err := kafkagroup.OpenPartition(kafkagroup.ReaderConfig{Brokers: c.cfg.Brokers, Topic: c.cfg.Topic,
-		Partition: partition, Dialer: c.cfg.Dialer, MaxBytes: c.cfg.MaxBytes, Logger: log}, offset)
+		Partition: partition, Dialer: c.cfg.Dialer, MaxBytes: c.cfg.MaxRecordBytes, Logger: log,
+		QueueCapacity: readerQueue}, offset)
 	if err != nil {
 		log.Error("set start offset", "offset", offset, "err", err)
 		return false
@@ -41,7 +42,8 @@ func (c *Consumer) consumePartition(stop context.Context, cm *committer, partiti
 	})
 	defer stopDrainTimer()
 
-	p := newPartitionState(c, cm, partition, log, stop, work)
+	p := newPartitionState(c, cm, b, partition, log, stop, work)
+	defer b.releaseAll(partition)
 	fetched, stopFetch := p.fetch(r)
 	defer stopFetch() // before the reader closes
 
@@ -51,29 +53,34 @@ func (c *Consumer) consumePartition(stop context.Context, cm *committer, partiti
 	// (DrainTimeout bounds it through work), hand over what finished.
 	stopFetch()
 	for p.running > 0 {
-		p.complete(<-p.done)
+		<-p.done.ready
+		p.completeAll()
 	}
 	return true
 }
 
-// partitionState is the bookkeeping of one partition's consumption.
-// trackedPerWindow bounds the messages a partition tracks, done or not,
-// to that many windows: at 1,024 a window, 32 Ki entries of 32 bytes (1
-// MiB), about 15 s of a partition draining a backlog at full speed behind
-// one waiting message (parked only after BILLING_PARK_AFTER). Past it the
-// partition stops fetching until the waiting message finishes.
-const trackedPerWindow = 32
+// readerQueue is the kafka-go reader's queue of decoded records waiting
+// for FetchMessage (its QueueCapacity; kafka-go's default is 100). They
+// are outside the budget, so each owned partition may hold this many
+// records (plus the one its fetch holds while it waits for the budget):
+// small, so that a quiet partition costs little and most of what is
+// fetched is bounded by the budget. A busy partition loses nothing by it:
+// its reader refills the queue while the records before run.
+const readerQueue = 8
 
+// partitionState is the bookkeeping of one partition's consumption.
 type partitionState struct {
 	c         *Consumer
 	cm        *committer
+	budget    *budget
 	partition int
 	log       *slog.Logger
 	stop      context.Context
 	work      context.Context
 
 	offs     *offsets
-	advanced []Timing // scratch: the timings offs.done returned last
+	advanced []Timing     // scratch: the timings offs.done returned last
+	verdicts []completion // scratch: the completions taken from done last
 	// keys holds, for each key with a message running, the messages of
 	// that key waiting behind it, in offset order.
 	keys map[string][]kafka.Message
@@ -81,53 +88,73 @@ type partitionState struct {
 	// idle worker: with one worker, a partition runs strictly in order.
 	ready   []kafka.Message
 	running int // messages handed to workers and not yet completed
-	// done receives the workers' verdicts; it holds a full window, so a
-	// worker never waits to report.
-	done chan completion
+	// done receives the workers' verdicts; a worker never waits to
+	// report.
+	done *inbox
 }
 
-func newPartitionState(c *Consumer, cm *committer, partition int, log *slog.Logger, stop, work context.Context) *partitionState {
+func newPartitionState(c *Consumer, cm *committer, b *budget, partition int, log *slog.Logger, stop, work context.Context) *partitionState {
 	return &partitionState{
-		c: c, cm: cm, partition: partition, log: log, stop: stop, work: work,
+		c: c, cm: cm, budget: b, partition: partition, log: log, stop: stop, work: work,
 		offs: newOffsets(),
 		keys: map[string][]kafka.Message{},
-		done: make(chan completion, c.cfg.PartitionWindow),
+		done: newInbox(),
 	}
+}
+
+// completeAll records every verdict the workers have reported.
+func (p *partitionState) completeAll() {
+	p.verdicts = p.done.take(p.verdicts[:0])
+	for _, c := range p.verdicts {
+		p.complete(c)
+	}
+	clear(p.verdicts) // the messages are done with
 }
 
 // run handles one event of the partition loop and reports whether the
 // loop goes on.
-func (p *partitionState) run(fetched <-chan kafka.Message) bool {
-	// A full window stops reading: memory stays bounded, and Kafka keeps
-	// what has not been fetched. The window counts the messages not yet
-	// done; those done behind an unfinished one cost an entry of offsets
-	// each, bounded by trackedPerWindow windows.
-	if p.offs.inFlight() >= p.c.cfg.PartitionWindow || p.offs.tracked() >= trackedPerWindow*p.c.cfg.PartitionWindow {
-		fetched = nil
-	}
+//
+// The budget bounds what is fetched: the fetch goroutine charges each
+// record before handing it over (see fetch), and complete gives it back.
+func (p *partitionState) run(fetched <-chan fetchedMsg) bool {
 	var jobs chan<- job
+	var spawn chan<- struct{}
 	var next job
 	// resumed is the Gate while a pause holds back the ready records.
 	var resumed <-chan struct{}
 	if len(p.ready) > 0 {
 		if resumed = p.pausedGate(); resumed == nil {
-			jobs, next = p.c.jobs, job{p: p, msg: p.ready[0]}
+			next = job{p: p, msg: p.ready[0]}
+			// An idle worker first; a new one only when none is idle.
+			select {
+			case p.c.jobs <- next:
+				p.started()
+				return true
+			default:
+			}
+			jobs, spawn = p.c.jobs, p.c.slots
 		}
 	}
 	select {
 	case <-resumed:
 	case jobs <- next:
-		p.ready = p.ready[1:]
-		p.running++
+		p.started()
+	case spawn <- struct{}{}:
+		p.c.spawn(next)
+		p.started()
 	case <-p.stop.Done():
 		return false
-	case c := <-p.done:
-		p.complete(c)
-	case msg, ok := <-fetched:
+	case <-p.done.ready:
+		p.completeAll()
+	case f, ok := <-fetched:
 		if !ok || p.stop.Err() != nil {
+			if ok {
+				p.budget.release(p.partition, f.cost)
+			}
 			return false // never start a message after the partition was revoked
 		}
-		p.offs.fetched(msg.Offset, Timing{Produced: msg.Time, Fetched: time.Now()})
+		msg := f.msg
+		p.offs.fetched(msg.Offset, Timing{Produced: msg.Time, Fetched: time.Now()}, f.cost)
 		k, ordered := orderKey(msg)
 		if !ordered {
 			p.ready = append(p.ready, msg)
@@ -143,6 +170,13 @@ func (p *partitionState) run(fetched <-chan kafka.Message) bool {
 	return true
 }
 
+// started records that the first ready message went to a worker.
+func (p *partitionState) started() {
+	p.ready[0] = kafka.Message{}
+	p.ready = p.ready[1:]
+	p.running++
+}
+
 // orderKey is the key whose messages must be handled one at a time. A
 // record without a key has no order to keep: it runs on its own (the
 // ledger still serializes two events of one order).
@@ -153,20 +187,28 @@ func orderKey(msg kafka.Message) (string, bool) {
 // complete records a worker's verdict and frees the next message of the
 // same key. An error means the message was abandoned (the partition is
 // stopping): it stays uncommitted, and so does everything after it.
+// releaseFlush is how many records one completion must make committable
+// to be committed at once rather than at the next commit tick.
+const releaseFlush = 1024
+
 func (p *partitionState) complete(c completion) {
 	p.running--
 	if c.err != nil {
 		p.log.Info("message abandoned, it will be redelivered", "offset", c.msg.Offset, "err", c.err)
 	} else {
-		p.advanced = p.offs.done(c.msg.Offset, p.advanced[:0])
+		var payload int64
+		p.advanced, payload = p.offs.done(c.msg.Offset, p.advanced[:0])
+		// The record itself is gone; its offsets entry stays charged
+		// until it is committable.
+		p.budget.release(p.partition, payload-entryCost+int64(len(p.advanced))*entryCost)
 		if next, ahead := p.offs.committable(); ahead {
 			p.cm.advance(p.partition, next, p.advanced)
 			p.offs.committed = next
-			// A waiting record that finishes (parked, at last) releases
-			// the records done behind it, which have waited long enough
-			// already: a window's worth or more is committed at once, not
-			// at the next tick.
-			if p.c.cfg.CommitInterval == 0 || len(p.advanced) >= p.c.cfg.PartitionWindow {
+			// A waiting record that finishes (parked, at last) releases the
+			// records done behind it, which have waited long enough
+			// already: a thousand or more are committed at once, not at the
+			// next tick (from the liveness work on the bench's failing row).
+			if p.c.cfg.CommitInterval == 0 || len(p.advanced) >= releaseFlush {
 				p.cm.flush()
 			}
 		}
@@ -184,11 +226,19 @@ func (p *partitionState) complete(c completion) {
 	p.ready = append(p.ready, waiting[0])
 }
 
+// fetchedMsg is a fetched record and what the budget charged for it.
+type fetchedMsg struct {
+	msg  kafka.Message
+	cost int64
+}
+
 // fetch reads the partition in its own goroutine, so that completions and
-// interval commits go on while no message arrives. stopFetch ends it and
-// waits for it.
-func (p *partitionState) fetch(r *kafka.Reader) (<-chan kafka.Message, func()) {
-	fetched := make(chan kafka.Message)
+// interval commits go on while no message arrives. Each record is charged
+// to the budget before it is handed over; while the budget has no room
+// for it, the goroutine waits and the partition fetches nothing more.
+// stopFetch ends it and waits for it.
+func (p *partitionState) fetch(r *kafka.Reader) (<-chan fetchedMsg, func()) {
+	fetched := make(chan fetchedMsg)
 	ctx, cancel := context.WithCancel(p.stop)
 	finished := make(chan struct{})
 	go func() {
@@ -217,9 +267,14 @@ func (p *partitionState) fetch(r *kafka.Reader) (<-chan kafka.Message, func()) {
 			if !p.gateOpen(ctx) {
 				return
 			}
+			cost := p.budget.cost(msg)
+			if p.budget.acquire(ctx, p.partition, cost) != nil {
+				return
+			}
 			select {
-			case fetched <- msg:
+			case fetched <- fetchedMsg{msg: msg, cost: cost}:
 			case <-ctx.Done():
+				p.budget.release(p.partition, cost)
 				return
 			}
 		}

@@ -28,25 +28,80 @@ var errRevoked = errors.New("partition revoked before the message started")
 // partition stopped waits, without a worker, before it is tried again.
 const retryPause = time.Second
 
-// startWorkers starts the Concurrency workers that run every handler of
-// the consumer, for all partitions and generations: a partition hands a
-// message over only to an idle worker (c.jobs is unbuffered), so the
-// workers are the Concurrency bound. They are long-lived so that a
-// handler's stack, grown once into the billing, HTTP and JSON call
-// chains, is reused instead of grown again for every message (the
-// runtime may still shrink an idle worker's stack at a GC). stopWorkers
-// ends them once no partition can hand out a message any more.
+// inbox is where workers report a partition's verdicts: any number, so a
+// worker never waits for its partition, at no cost for a partition with
+// nothing running (a channel buffered for the most verdicts a partition
+// could have outstanding would cost every owned partition that much).
+// ready holds a token while verdicts wait to be taken.
+type inbox struct {
+	mu    sync.Mutex
+	items []completion
+	ready chan struct{}
+}
+
+func newInbox() *inbox { return &inbox{ready: make(chan struct{}, 1)} }
+
+// put reports c; safe for concurrent use.
+func (in *inbox) put(c completion) {
+	in.mu.Lock()
+	in.items = append(in.items, c)
+	in.mu.Unlock()
+	select {
+	case in.ready <- struct{}{}:
+	default: // a token is already waiting; the taker takes everything
+	}
+}
+
+// take appends every reported verdict to into and returns it.
+func (in *inbox) take(into []completion) []completion {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	into = append(into, in.items...)
+	clear(in.items)
+	in.items = in.items[:0]
+	return into
+}
+
+// workerIdle is how long a worker waits for its next message before it
+// ends: under load workers live on (and keep the stacks they grew into
+// the billing, HTTP and JSON call chains), an idle consumer holds none.
+const workerIdle = 5 * time.Second
+
+// startWorkers prepares the workers that run every handler of the
+// consumer, for all partitions and generations. There are at most
+// Concurrency of them, started as the work needs them: a partition hands
+// a message to an idle worker (c.jobs is unbuffered), and only when none
+// is idle takes one of the Concurrency slots (c.slots) and starts one
+// (spawn). A worker that stays idle for workerIdle ends and frees its
+// slot. stopWorkers ends them once no partition can hand out a message
+// any more, and waits for them.
 func (c *Consumer) startWorkers() (stopWorkers func()) {
 	c.jobs = make(chan job)
-	var wg sync.WaitGroup
-	for range c.cfg.Concurrency {
-		wg.Go(func() {
-			for j := range c.jobs {
-				c.runJob(j)
+	c.slots = make(chan struct{}, c.cfg.Concurrency)
+	c.workers = new(sync.WaitGroup)
+	return func() { close(c.jobs); c.workers.Wait() }
+}
+
+// spawn starts a worker for j; the caller holds a slot for it.
+func (c *Consumer) spawn(j job) {
+	c.workers.Go(func() {
+		defer func() { <-c.slots }()
+		idle := time.NewTimer(workerIdle)
+		defer idle.Stop()
+		for {
+			c.runJob(j)
+			idle.Reset(workerIdle)
+			var ok bool
+			select {
+			case j, ok = <-c.jobs:
+				if !ok {
+					return
+				}
+			case <-idle.C:
+				return
 			}
-		})
-	}
-	return func() { close(c.jobs); wg.Wait() }
+		}
+	})
 }
 
 // runJob runs j's handler and reports its verdict to j's partition. A
@@ -60,31 +115,36 @@ func (c *Consumer) startWorkers() (stopWorkers func()) {
 func (c *Consumer) runJob(j job) {
 	p := j.p
 	if p.stop.Err() != nil {
-		p.done <- completion{msg: j.msg, err: errRevoked}
+		p.done.put(completion{msg: j.msg, err: errRevoked})
 		return
 	}
 	err := c.handle(p.work, j.msg)
 	if err == nil || p.stop.Err() != nil || p.work.Err() != nil {
-		p.done <- completion{msg: j.msg, err: err}
+		p.done.put(completion{msg: j.msg, err: err})
 		return
 	}
 	p.log.Error("handler failed, retrying the message in place", "offset", j.msg.Offset, "err", err)
 	go func() {
 		// The partition's drain waits for this verdict, so c.jobs is still
-		// open: stopWorkers runs only after every partition drained. A stop
+		// open: stopWorkers runs only after every partition drained. The
+		// message goes back to an idle worker, or to a new one. A stop
 		// during the pause abandons the message at once, so the pause never
 		// holds up a drain (it may be longer than DrainTimeout).
 		pause := time.NewTimer(retryPause)
 		defer pause.Stop()
 		var jobs chan<- job // nil, so never ready, until the pause is over
+		var slots chan<- struct{}
 		for {
 			select {
 			case <-pause.C:
-				jobs = c.jobs
+				jobs, slots = c.jobs, c.slots
 			case jobs <- j:
 				return
+			case slots <- struct{}{}:
+				c.spawn(j)
+				return
 			case <-p.stop.Done():
-				p.done <- completion{msg: j.msg, err: err}
+				p.done.put(completion{msg: j.msg, err: err})
 				return
 			}
 		}

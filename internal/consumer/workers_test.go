@@ -69,7 +69,7 @@ func TestFailedHandlerRetriesInPlaceWithoutHoldingAWorker(t *testing.T) {
 // shorter than the pause it would otherwise outlast the drain.
 func TestRetryPauseEndsWhenThePartitionStops(t *testing.T) {
 	logs := testLogger(t)
-	c := &Consumer{cfg: Config{Concurrency: 1, PartitionWindow: 4, Logger: logs.Logger},
+	c := &Consumer{cfg: Config{Concurrency: 1, Logger: logs.Logger},
 		handle: func(context.Context, kafka.Message) error {
 			return errors.New("transient, before the partition stopped")
 		}}
@@ -77,19 +77,21 @@ func TestRetryPauseEndsWhenThePartitionStops(t *testing.T) {
 	defer stopWorkers()
 	stop, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := newPartitionState(c, nil, 0, logs.Logger, stop, context.WithoutCancel(stop))
-	c.jobs <- job{p: p, msg: kafka.Message{Offset: 7}}
+	p := newPartitionState(c, nil, nil, 0, logs.Logger, stop, context.WithoutCancel(stop))
+	c.slots <- struct{}{}
+	c.spawn(job{p: p, msg: kafka.Message{Offset: 7}})
 	poll.Until(t, retryPause/2, "the handler to fail and its retry to be scheduled", func() bool {
 		return logs.count("retrying the message in place") > 0
 	})
 	cancel()
 	select {
-	case got := <-p.done:
-		if got.err == nil || got.msg.Offset != 7 {
-			t.Errorf("verdict %+v, want offset 7 abandoned with an error", got)
+	case <-p.done.ready:
+		got := p.done.take(nil)
+		if len(got) != 1 || got[0].err == nil || got[0].msg.Offset != 7 {
+			t.Errorf("verdicts %+v, want offset 7 abandoned with an error", got)
 		}
 	case <-time.After(retryPause / 2):
-		<-p.done // before stopWorkers closes the jobs channel the pause sends on
+		<-p.done.ready // before stopWorkers closes the jobs channel the pause sends on
 		t.Fatalf("the message still waited out its %v retry pause %v after its partition stopped", retryPause, retryPause/2)
 	}
 }

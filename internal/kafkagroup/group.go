@@ -112,6 +112,11 @@ func Rebalanced(err error) bool {
 		errors.Is(err, kafka.UnknownMemberId) || errors.Is(err, kafka.ErrGenerationEnded)
 }
 
+// readerMaxWait is how long the broker holds a fetch of a partition with
+// nothing new: the rate of empty fetches a quiet partition costs (2 a
+// second), and the longest a reader's Close waits.
+const readerMaxWait = 500 * time.Millisecond
+
 // ReaderConfig configures OpenPartition. Brokers and Topic are required.
 type ReaderConfig struct {
 	Brokers   []string
@@ -119,23 +124,33 @@ type ReaderConfig struct {
 	Partition int
 	Dialer    *kafka.Dialer // nil: kafka.DefaultDialer
 	MaxBytes  int           // largest fetch; zero: 10 MiB
+	// QueueCapacity is how many decoded records the reader may hold ahead
+	// of FetchMessage; zero: kafka-go's 100.
+	QueueCapacity int
 	// Logger, when set, receives the reader's errors as warnings.
 	Logger *slog.Logger
 }
 
 // OpenPartition returns a reader of one partition positioned at offset
 // (kafka.FirstOffset or kafka.LastOffset also work). Its lag poller is
-// off: lag comes from the brokers' offsets (see LogBounds). The caller
-// closes the reader.
+// off: lag comes from the brokers' offsets (see LogBounds). A quiet
+// partition costs one fetch that the broker holds up to readerMaxWait, a
+// connection and the reader's goroutines; closing the reader waits for
+// the fetch under way, so readerMaxWait also bounds how long a revoke or
+// shutdown waits for a quiet partition's reader. The caller closes the
+// reader.
 func OpenPartition(cfg ReaderConfig, offset int64) (*kafka.Reader, error) {
 	rc := kafka.ReaderConfig{
 		Brokers:   cfg.Brokers,
 		Topic:     cfg.Topic,
 		Partition: cfg.Partition,
 		Dialer:    cfg.Dialer,
-		MinBytes:  1,
-		MaxBytes:  cfg.MaxBytes,
-		MaxWait:   250 * time.Millisecond,
+		// MinBytes 1: a record is delivered as soon as it is written (the
+		// broker answers at once); an empty fetch returns after MaxWait.
+		MinBytes:      1,
+		MaxBytes:      cfg.MaxBytes,
+		MaxWait:       readerMaxWait,
+		QueueCapacity: cfg.QueueCapacity,
 		// The reader's own per-partition lag poller would only add load
 		// and noise.
 		ReadLagInterval: -1,

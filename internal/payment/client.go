@@ -214,11 +214,14 @@ func (c *Client) setupNetHTTP(cfg Config, endpoint *url.URL, tlsCfg *tls.Config,
 	// request costs. The dial and handshake bounds apply to a new
 	// connection only.
 	transport := &http.Transport{
-		Proxy:                  cfg.Proxy,
-		DialContext:            dialer.DialContext,
-		TLSClientConfig:        tlsCfg,
-		TLSHandshakeTimeout:    connect,
-		IdleConnTimeout:        90 * time.Second,
+		Proxy:               cfg.Proxy,
+		DialContext:         dialer.DialContext,
+		TLSClientConfig:     tlsCfg,
+		TLSHandshakeTimeout: connect,
+		// A connection unused this long is closed (two goroutines each):
+		// a burst at BILLING_CONCURRENCY leaves that many, and an idle
+		// replica keeps none for long.
+		IdleConnTimeout:        15 * time.Second,
 		MaxIdleConns:           maxConns,
 		MaxIdleConnsPerHost:    maxConns,
 		MaxConnsPerHost:        maxConns,
