@@ -454,31 +454,7 @@ func (b *bench) steadyPhase(ctx context.Context, m mode, latency time.Duration, 
 	if err := produceSteady(ctx, b.o.brokers, p.topic, recs, r.SteadyRate); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(time.Minute)
-	for poll.last().total() < int64(len(recs)) {
-		if err := proc.exited(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			r.notes = append(r.notes, fmt.Sprintf("steady load not committed within a minute of its end (%d of %d)", poll.last().total(), len(recs)))
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	samples := poll.finish()
-	rss, err := peakRSS(proc.Pid())
-	if err != nil {
-		return err
-	}
-	if err := proc.Stop(45 * time.Second); err != nil {
-		return fmt.Errorf("billing-consumer did not stop cleanly: %w", err)
-	}
-	r.PeakRSS = max(r.PeakRSS, rss)
-	back, err := readBack(ctx, b.o.brokers, p.topic)
+	samples, back, err := b.endSteady(ctx, proc, poll, p.topic, len(recs), r, "its end")
 	if err != nil {
 		return err
 	}
