@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // measureAll runs every part of the bench that the options select, in
@@ -12,6 +13,28 @@ import (
 // the recovery scenario (the baseline's after it) and the row with
 // failing orders (failing.go, the binary under test only); the results go
 // into rep.
+// measureMode measures m at latency l with the binary under test and,
+// when withBaseline and there is a -baseline binary, with that one right
+// after; each result goes into rep and is printed.
+func (b *bench) measureMode(ctx context.Context, rep *report, m mode, l time.Duration, withBaseline bool) error {
+	for _, baseline := range []bool{false, true} {
+		if baseline && (b.o.baseline == "" || !withBaseline) {
+			continue
+		}
+		r, err := b.measure(ctx, m, l, baseline)
+		if err != nil {
+			return fmt.Errorf("%s at %v%s: %w", m.name, l, r.binLabel(), err)
+		}
+		if baseline {
+			rep.baseline = append(rep.baseline, r)
+		} else {
+			rep.results = append(rep.results, r)
+		}
+		fmt.Fprintln(b.out, r.line())
+	}
+	return nil
+}
+
 func (b *bench) measureAll(ctx context.Context, rep *report) error {
 	o := b.o
 	for _, m := range modes {
@@ -19,20 +42,8 @@ func (b *bench) measureAll(ctx context.Context, rep *report) error {
 			if !o.selected(fmt.Sprintf("%s:%v", m.name, l)) {
 				continue
 			}
-			for _, baseline := range []bool{false, true} {
-				if baseline && (o.baseline == "" || m.sequential) {
-					continue
-				}
-				r, err := b.measure(ctx, m, l, baseline)
-				if err != nil {
-					return fmt.Errorf("%s at %v%s: %w", m.name, l, r.binLabel(), err)
-				}
-				if baseline {
-					rep.baseline = append(rep.baseline, r)
-				} else {
-					rep.results = append(rep.results, r)
-				}
-				fmt.Fprintln(b.out, r.line())
+			if err := b.measureMode(ctx, rep, m, l, !m.sequential); err != nil {
+				return err
 			}
 		}
 	}
