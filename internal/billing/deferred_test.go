@@ -155,6 +155,14 @@ func (d *dlqRecorder) Send(_ context.Context, msg kafka.Message, reason dlq.Reas
 	return nil
 }
 
+// redeliveredConflict records the dead letter the pipeline writes for
+// ev's redelivered record when it is a conflict.
+func (d *dlqRecorder) redeliveredConflict(ev events.OrderConfirmed, cause error) {
+	r := recordOf(ev)
+	_ = d.Send(context.Background(), kafka.Message{Key: r.Key, Value: r.Value, Headers: []kafka.Header{{Key: r.Headers[0].Key, Value: r.Headers[0].Value}}},
+		dlq.Conflict, cause, 1)
+}
+
 // deciderOf is a pipeline handler over svc, as the service builds it, and
 // its dead-letter recorder.
 func deciderOf(t *testing.T, svc *billing.Service, dl *dlqRecorder) *pipeline.Handler {
@@ -325,9 +333,7 @@ func TestCrashAroundTheDeferral(t *testing.T) {
 						case s == byConflict && !fault.Is(err, fault.Conflict):
 							t.Fatalf("redelivery: %+v, %v; want a conflict", res, err)
 						case s == byConflict: // the pipeline dead-letters the redelivered record
-							r := recordOf(b)
-							_ = dl.Send(context.Background(), kafka.Message{Key: r.Key, Value: r.Value, Headers: []kafka.Header{{Key: r.Headers[0].Key, Value: r.Headers[0].Value}}},
-								dlq.Conflict, err, 1)
+							dl.redeliveredConflict(b, err)
 						}
 					}
 					e.assertDecided(t, a, b, s, dl)
@@ -445,9 +451,7 @@ func TestDeferredDecisionInterleavedWithARedelivery(t *testing.T) {
 				}
 				t.Logf("redelivery: %+v, %v (decision ops %q)", res, err, in.trace())
 				if fault.Is(err, fault.Conflict) {
-					r := recordOf(b)
-					_ = dl.Send(context.Background(), kafka.Message{Key: r.Key, Value: r.Value, Headers: []kafka.Header{{Key: r.Headers[0].Key, Value: r.Headers[0].Value}}},
-						dlq.Conflict, err, 1)
+					dl.redeliveredConflict(b, err)
 				} else if err != nil {
 					t.Fatalf("redelivery: %v", err)
 				}
