@@ -63,7 +63,7 @@ func UniqueName(prefix string) string {
 }
 
 // CreateTopic creates topic with the given partitions (replication factor
-// 1) and waits until every partition has a leader.
+// 1) and waits until every partition has a leader that serves it.
 func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
 	t.Helper()
 	if err := CreateTopicErr(context.Background(), brokers, topic, partitions); err != nil {
@@ -95,18 +95,11 @@ func CreateTopicErr(ctx context.Context, brokers []string, topic string, partiti
 			}
 		}
 		if created {
-			meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-			if err == nil && len(meta.Topics) == 1 && meta.Topics[0].Error == nil && len(meta.Topics[0].Partitions) == partitions {
-				ready := true
-				for _, p := range meta.Topics[0].Partitions {
-					if p.Error != nil || p.Leader.Host == "" {
-						ready = false
-					}
-				}
-				if ready {
-					return nil
-				}
+			err := topicReady(ctx, client, topic, partitions)
+			if err == nil {
+				return nil
 			}
+			lastErr = err
 		}
 		select {
 		case <-ctx.Done():
@@ -114,6 +107,40 @@ func CreateTopicErr(ctx context.Context, brokers []string, topic string, partiti
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// topicReady reports nil once every partition of topic has a leader in the
+// metadata and that leader answers ListOffsets for it. Metadata alone is
+// not enough: a real broker names a new partition's leader before the
+// leader serves it, and for a moment answers NOT_LEADER_OR_FOLLOWER.
+func topicReady(ctx context.Context, client *kafka.Client, topic string, partitions int) error {
+	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return err
+	}
+	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil {
+		return fmt.Errorf("metadata of %s: %v", topic, meta.Topics)
+	}
+	if got := len(meta.Topics[0].Partitions); got != partitions {
+		return fmt.Errorf("metadata of %s: %d partitions, want %d", topic, got, partitions)
+	}
+	var q []kafka.OffsetRequest
+	for _, p := range meta.Topics[0].Partitions {
+		if p.Error != nil || p.Leader.Host == "" {
+			return fmt.Errorf("partition %s/%d has no leader: %v", topic, p.ID, p.Error)
+		}
+		q = append(q, kafka.LastOffsetOf(p.ID))
+	}
+	res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: q}})
+	if err != nil {
+		return err
+	}
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return fmt.Errorf("offsets of %s/%d: %w", topic, po.Partition, po.Error)
+		}
+	}
+	return nil
 }
 
 // FreePort returns a loopback address that was free a moment ago.
