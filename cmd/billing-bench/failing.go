@@ -265,35 +265,16 @@ func helpDuration(ctx context.Context, bin, name string) (time.Duration, error) 
 // charged, and measures the healthy records' produce→commit latency
 // (r.P50, r.P99) and the healthy orders' produce→charged latency.
 func (b *bench) failingSteady(ctx context.Context, r *result) error {
-	p, err := b.newPhase(ctx, failingMode, 0, "steady", r.SteadyRecords, false)
+	s, err := b.startSteady(ctx, failingMode, 0, b.o.bin, r)
 	if err != nil {
 		return err
 	}
-	defer p.srv.Close()
-	recs, err := workload(p.firstOrder, r.SteadyRecords)
-	if err != nil {
+	defer s.close()
+	p := s.p
+	if err := p.fail.settle(ctx, p, len(s.recs), r); err != nil {
 		return err
 	}
-	proc, err := startConsumer(b.o.bin, p.env, b.log)
-	if err != nil {
-		return err
-	}
-	defer proc.Stop(5 * time.Second)
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	err = proc.waitReady(rctx)
-	cancel()
-	if err != nil {
-		return err
-	}
-	poll := startPoller(ctx, b.o.brokers, p.topic, p.group, partitions, b.o.poll)
-	defer poll.finish()
-	if err := produceSteady(ctx, b.o.brokers, p.topic, recs, r.SteadyRate); err != nil {
-		return err
-	}
-	if err := p.fail.settle(ctx, p, len(recs), r); err != nil {
-		return err
-	}
-	samples, back, err := b.endSteady(ctx, proc, poll, p.topic, len(recs), r, "the failing orders' charge")
+	samples, back, err := b.endSteady(ctx, s, r, "the failing orders' charge")
 	if err != nil {
 		return err
 	}

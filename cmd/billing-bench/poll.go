@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -195,37 +194,4 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 	}
 	i := int(float64(len(sorted))*q+0.999999) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// endSteady waits, up to a minute, until the n records of a steady load
-// are committed (a note in r says when they were not; when names the
-// moment the minute starts from), then stops the poller and the consumer,
-// records its peak RSS in r and reads the topic back.
-func (b *bench) endSteady(ctx context.Context, proc *consumerProc, poll *poller, topic string, n int, r *result, when string) ([]sample, []record, error) {
-	deadline := time.Now().Add(time.Minute)
-	for poll.last().total() < int64(n) {
-		if err := proc.exited(); err != nil {
-			return nil, nil, err
-		}
-		if time.Now().After(deadline) {
-			r.notes = append(r.notes, fmt.Sprintf("steady load not committed within a minute of %s (%d of %d)", when, poll.last().total(), n))
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	samples := poll.finish()
-	rss, err := peakRSS(proc.Pid())
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := proc.Stop(45 * time.Second); err != nil {
-		return nil, nil, fmt.Errorf("billing-consumer did not stop cleanly: %w", err)
-	}
-	r.PeakRSS = max(r.PeakRSS, rss)
-	back, err := readBack(ctx, b.o.brokers, topic)
-	return samples, back, err
 }
