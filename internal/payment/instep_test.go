@@ -1,14 +1,11 @@
 package payment
 
 import (
-	"bufio"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,80 +16,6 @@ import (
 // on FastHTTP before inStepConn (fasthttp.go): a stale 402 on an idle
 // connection was taken for the next charge's answer (NotTaken for a
 // request the provider then charged), and a stale 200 for the one after.
-
-// handProvider is a raw HTTP/1.1 server: handle is called for request i on
-// connection n with the request read, and writes whatever it likes to
-// conn. keys records every Idempotency-Key read, with the connection it
-// arrived on.
-type handProvider struct {
-	url  string
-	mu   sync.Mutex
-	keys []string
-	conn []int
-}
-
-func startHand(t *testing.T, handle func(conn net.Conn, n, i int, req *http.Request)) *handProvider {
-	t.Helper()
-	return startHandTLS(t, nil, handle)
-}
-
-// startHandTLS is startHand over TLS when cert is set.
-func startHandTLS(t *testing.T, cert *tls.Certificate, handle func(conn net.Conn, n, i int, req *http.Request)) *handProvider {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &handProvider{url: "http://" + ln.Addr().String()}
-	if cert != nil {
-		p.url = "https://" + ln.Addr().String()
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for n := 0; ; n++ {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if cert != nil {
-				conn = tls.Server(conn, &tls.Config{Certificates: []tls.Certificate{*cert}})
-			}
-			wg.Go(func() {
-				defer conn.Close()
-				_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
-				br := bufio.NewReader(conn)
-				for i := 0; ; i++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					p.mu.Lock()
-					p.keys = append(p.keys, req.Header.Get("Idempotency-Key"))
-					p.conn = append(p.conn, n)
-					p.mu.Unlock()
-					handle(conn, n, i, req)
-				}
-			})
-		}
-	})
-	return p
-}
-
-func (p *handProvider) copies(key string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, k := range p.keys {
-		if k == key {
-			n++
-		}
-	}
-	return n
-}
-
-const rawOK = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 20\r\n\r\n{\"charge_id\":\"ch_1\"}"
 
 // TestStaleBytesOnAnIdleConnectionAreNotTheAnswer: after answering
 // the warm-up, the provider (or a middlebox in front of it) writes one
@@ -132,16 +55,17 @@ func staleBytesScenario(t *testing.T, useTLS bool) {
 		}
 		var declined atomic.Value
 		declined.Store("")
-		p := startHandTLS(t, cert, func(conn net.Conn, n, i int, req *http.Request) {
+		p := startWire(t, cert, func(c wireConn, i int, req *http.Request) bool {
 			if req.Header.Get("Idempotency-Key") == declined.Load().(string) {
-				_, _ = io.WriteString(conn, "HTTP/1.1 402 Payment Required\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n")
-				return
+				_, _ = io.WriteString(c, "HTTP/1.1 402 Payment Required\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n")
+				return true
 			}
-			_, _ = io.WriteString(conn, rawOK)
-			if n == 0 && i == 0 {
+			_, _ = io.WriteString(c, rawOK)
+			if c.n == 0 && i == 0 {
 				time.Sleep(50 * time.Millisecond) // a separate segment, after the client read the 200
-				_, _ = io.WriteString(conn, "HTTP/1.1 402 Payment Required\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n")
+				_, _ = io.WriteString(c, "HTTP/1.1 402 Payment Required\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n")
 			}
+			return true
 		})
 		c := newClient(t, p.url, mutate)
 		if _, err := c.Charge(t.Context(), testCharge()); err != nil {
@@ -177,29 +101,15 @@ func staleBytesScenario(t *testing.T, useTLS bool) {
 	}
 }
 
-func (p *handProvider) waitCopies(key string, d time.Duration) int {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if n := p.copies(key); n > 0 {
-			return n
-		}
-	}
-	return p.copies(key)
-}
-
-func (p *handProvider) conns() []int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]int(nil), p.conn...)
-}
-
 // TestHeaderValueIsNeverWrittenRaw: an Authorization callback (any
 // Config.Authorization, not only FileToken) that returns a value with a
 // CR LF must not put a second request on the wire. net/http refuses the
 // request before dialing; fasthttp writes header values as they are.
 func TestHeaderValueIsNeverWrittenRaw(t *testing.T) {
 	forEachClient(t, func(t *testing.T) {
-		p := startHand(t, func(conn net.Conn, n, i int, req *http.Request) {
-			_, _ = io.WriteString(conn, rawOK)
+		p := startWire(t, nil, func(c wireConn, i int, req *http.Request) bool {
+			_, err := io.WriteString(c, rawOK)
+			return err == nil
 		})
 		smuggled := "Bearer x\r\nContent-Length: 0\r\n\r\nPOST /payments/charge HTTP/1.1\r\nHost: h\r\nIdempotency-Key: smuggled\r\nContent-Length: 0\r\n\r\n"
 		c := newClient(t, p.url, func(cfg *Config) {
@@ -208,7 +118,7 @@ func TestHeaderValueIsNeverWrittenRaw(t *testing.T) {
 		})
 		_, err := c.Charge(t.Context(), testCharge())
 		time.Sleep(200 * time.Millisecond)
-		t.Logf("err %v keys %q", err, p.keys)
+		t.Logf("err %v, %d requests read", err, len(p.conns()))
 		if n := p.copies("smuggled"); n > 0 {
 			t.Errorf("a header value with CR LF put %d more request(s) on the wire (Charge: %v)", n, err)
 		}

@@ -1,7 +1,6 @@
 package payment
 
 import (
-	"bufio"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -37,99 +36,29 @@ const (
 	refuseAfterHead                     // 402's status line and headers, then RST mid-body
 )
 
-// scriptedProvider serves requests over TLS when cert is set. script
-// returns the action for request i on connection conn (both from 0).
-// seen returns the Idempotency-Key of every request read, in order;
-// closed is signalled whenever the provider closed a connection.
-type scriptedProvider struct {
-	url    string
-	mu     sync.Mutex
-	keys   []string
-	closed chan struct{}
-}
-
-func startScripted(t *testing.T, cert *tls.Certificate, script func(conn, i int) scriptAction) *scriptedProvider {
+// startScripted starts a wireProvider, over TLS when cert is set, whose
+// script returns the action for request i on connection conn (both from
+// 0).
+func startScripted(t *testing.T, cert *tls.Certificate, script func(conn, i int) scriptAction) *wireProvider {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &scriptedProvider{url: "http://" + ln.Addr().String(), closed: make(chan struct{}, 64)}
-	if cert != nil {
-		p.url = "https://" + ln.Addr().String()
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for n := 0; ; n++ {
-			raw, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() { p.serveConn(raw, cert, n, script) })
-		}
-	})
-	return p
-}
-
-func (p *scriptedProvider) serveConn(raw net.Conn, cert *tls.Certificate, n int, script func(conn, i int) scriptAction) {
-	defer func() { p.closed <- struct{}{} }()
-	defer raw.Close()
-	_ = raw.SetDeadline(time.Now().Add(30 * time.Second)) // a broken client must not hang the test
-	conn := raw
-	if cert != nil {
-		tc := tls.Server(raw, &tls.Config{Certificates: []tls.Certificate{*cert}})
-		if tc.Handshake() != nil {
-			return
-		}
-		conn = tc
-	}
-	br := bufio.NewReader(conn)
-	reset := func() { _ = raw.(*net.TCPConn).SetLinger(0) }
-	for i := 0; ; i++ {
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		_, _ = io.Copy(io.Discard, req.Body)
-		p.mu.Lock()
-		p.keys = append(p.keys, req.Header.Get("Idempotency-Key"))
-		p.mu.Unlock()
-		const ok = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 20\r\n\r\n{\"charge_id\":\"ch_1\"}"
-		switch script(n, i) {
+	return startWire(t, cert, func(c wireConn, i int, _ *http.Request) bool {
+		switch script(c.n, i) {
 		case answer200:
-			if _, err := io.WriteString(conn, ok); err != nil {
-				return
-			}
+			_, err := io.WriteString(c, rawOK)
+			return err == nil
 		case answerThenFIN:
-			_, _ = io.WriteString(conn, ok)
-			return
+			_, _ = io.WriteString(c, rawOK)
 		case resetAfterRead:
-			reset()
-			return
+			c.reset()
 		case resetAfterHead:
-			_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"charge_")
-			reset()
-			return
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"charge_")
+			c.reset()
 		case refuseAfterHead:
-			_, _ = io.WriteString(conn, "HTTP/1.1 402 Payment Required\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"error\":")
-			reset()
-			return
+			_, _ = io.WriteString(c, "HTTP/1.1 402 Payment Required\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"error\":")
+			c.reset()
 		}
-	}
-}
-
-// copies returns how many requests with key the provider read.
-func (p *scriptedProvider) copies(key string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, k := range p.keys {
-		if k == key {
-			n++
-		}
-	}
-	return n
+		return false
+	})
 }
 
 // secondCharge is a charge other than testCharge, for the request after
@@ -227,7 +156,7 @@ func TestNoAnswerAfterTheRequestLeftIsNeverNotTaken(t *testing.T) {
 // replays and counts it.) The same scenario with fasthttp's retries
 // switched on shows the re-send this test exists to catch.
 func TestKeepAliveClosedBeforeReuseIsNotResent(t *testing.T) {
-	scenario := func(t *testing.T, c *Client, p *scriptedProvider) (int, error) {
+	scenario := func(t *testing.T, c *Client, p *wireProvider) (int, error) {
 		t.Helper()
 		if _, err := c.Charge(t.Context(), testCharge()); err != nil {
 			t.Fatalf("warm-up: %v", err)
