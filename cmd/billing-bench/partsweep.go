@@ -89,7 +89,7 @@ func (b *bench) partitionPhase(ctx context.Context, m mode, parts int, r *result
 	if err != nil {
 		return 0, err
 	}
-	defer p.srv.Close()
+	defer b.endPhase(p)
 	recs, err := workload(p.firstOrder, r.Backlog)
 	if err != nil {
 		return 0, err

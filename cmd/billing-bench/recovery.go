@@ -74,7 +74,7 @@ func (b *bench) recoveryScenario(ctx context.Context, baseline bool) (recovery, 
 	if err != nil {
 		return rec, err
 	}
-	defer p.srv.Close()
+	defer b.endPhase(p)
 	fmt.Fprintf(b.out, "recovery%s: two replicas, %.0f events/s offered, group settings %v...\n", r.binLabel(), rec.Rate, rec.Settings)
 
 	poll := startPoller(ctx, b.o.brokers, p.topic, p.group, partitions, b.o.poll)

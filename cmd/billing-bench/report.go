@@ -226,7 +226,9 @@ func (r report) method(b *strings.Builder) {
   one event at a time, its offset committed after it) and **default** (the binary's defaults: BILLING_CONCURRENCY=%d, up to %d events per billing transaction, offsets committed every 1 s).
 - Three provider latencies: the in-process payment-provider simulator (internal/paysim) answers every charge after 0, 20 or 100 ms, without errors.
 - Each run gets a fresh topic of %d partitions, a fresh consumer group and a fresh range of order ids. A backlog (internal/harness.Generate:
-  valid events only, no duplicates, each a distinct order) is produced **before** the consumer starts.
+  valid events only, no duplicates, each a distinct order) is produced **before** the consumer starts. Before each run the bench
+  runs `+"`VACUUM (ANALYZE)`"+` on the database the run bills into (as pgbench does before its runs), so that an autovacuum of the
+  earlier runs' ledger rows does not land in a measured window.
 - **events/s**: in the default mode, the events the consumer finished (its billing_events_total, every result) per second in the
   **measured window**, the middle of the drain: the window opens when the consumer has finished %.0f%% of the backlog and closes at
   %.0f%%, both seen in its /metrics, scraped every %v. About as many events are in flight at both ends (fetched, decoded, claimed,

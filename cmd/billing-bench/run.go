@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/harness"
 	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
@@ -77,6 +79,12 @@ func (b *bench) newPhase(ctx context.Context, m mode, latency time.Duration, kin
 	if baseline {
 		dbURL, db = b.baseURL, b.basePool
 	}
+	// The earlier phases' ledger rows, vacuumed now rather than by an
+	// autovacuum in the middle of this phase's measured window (on a long
+	// run it took a quarter of a core during the partition sweep).
+	if _, err := db.Exec(ctx, "VACUUM (ANALYZE)", pgx.QueryExecModeSimpleProtocol); err != nil {
+		return nil, fmt.Errorf("vacuum before phase %s: %w", name, err)
+	}
 	p := &phase{topic: name, group: name, firstOrder: b.firstOrder, orders: int64(max(ordersPerPhase, records)), db: db}
 	b.firstOrder += p.orders
 	p.sim = paysim.New(paysim.Config{Seed: uint64(p.firstOrder), Faults: paysim.Faults{Latency: latency}})
@@ -110,6 +118,24 @@ func (b *bench) newPhase(ctx context.Context, m mode, latency time.Duration, kin
 		"BILLING_KAFKA_LAG_INTERVAL=1s",
 	}, slices.Concat(provider, phaseEnv(m, baseline), b.prof.env())...)
 	return p, nil
+}
+
+// endPhase stops p's simulator and deletes its topic: the topics of a
+// whole run left on the one broker (thousands of partitions by the
+// partition sweep) cost it CPU in every later phase. A topic that cannot
+// be deleted is only logged.
+func (b *bench) endPhase(p *phase) {
+	_ = p.srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := &kafka.Client{Addr: kafka.TCP(b.o.brokers...), Timeout: 10 * time.Second}
+	res, err := client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{p.topic}})
+	if err == nil {
+		err = res.Errors[p.topic]
+	}
+	if err != nil {
+		fmt.Fprintf(b.log, "billing-bench: delete topic %s: %v\n", p.topic, err)
+	}
 }
 
 // measure runs the backlog phase, then the steady phase at half the
@@ -166,7 +192,7 @@ func (b *bench) backlogPhase(ctx context.Context, m mode, latency time.Duration,
 	if err != nil {
 		return err
 	}
-	defer p.srv.Close()
+	defer b.endPhase(p)
 	recs, err := workload(p.firstOrder, r.Backlog)
 	if err != nil {
 		return err

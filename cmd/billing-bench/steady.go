@@ -33,6 +33,7 @@ type steadyRun struct {
 	recs []kafka.Message
 	proc *consumerProc
 	poll *poller
+	end  func() // ends the phase (bench.endPhase)
 }
 
 // startSteady starts bin as the consumer of a fresh phase of m at latency,
@@ -44,7 +45,7 @@ func (b *bench) startSteady(ctx context.Context, m mode, latency time.Duration, 
 	if err != nil {
 		return nil, err
 	}
-	s := &steadyRun{p: p}
+	s := &steadyRun{p: p, end: func() { b.endPhase(p) }}
 	if s.recs, err = workload(p.firstOrder, r.SteadyRecords); err != nil {
 		s.close()
 		return nil, err
@@ -76,7 +77,7 @@ func (s *steadyRun) close() {
 	if s.proc != nil {
 		s.proc.Stop(5 * time.Second)
 	}
-	s.p.srv.Close()
+	s.end()
 }
 
 // endSteady waits, up to a minute, until the records of the steady load s
