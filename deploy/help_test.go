@@ -1,9 +1,7 @@
 package deploy
 
 import (
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,17 +16,7 @@ func TestVariablesAreKnown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the service")
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command")
-	}
-	bin := filepath.Join(t.TempDir(), "billing-consumer")
-	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/billing-consumer")
-	cmd.Dir = ".."
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build billing-consumer: %v\n%s", err, out)
-	}
+	bin := buildConsumer(t)
 	out, err := exec.Command(bin, "help").Output()
 	if err != nil {
 		t.Fatalf("billing-consumer help: %v", err)
