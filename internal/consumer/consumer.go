@@ -36,6 +36,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/billing-consumer/billing-consumer/internal/elastic"
 	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
@@ -127,10 +128,8 @@ type Consumer struct {
 	gen    atomic.Pointer[Generation] // nil between generations
 	// endGen ends the current generation's partitions (see Rejoin); nil
 	// between generations.
-	endGen  atomic.Pointer[context.CancelFunc]
-	jobs    chan job        // to the idle workers; see startWorkers
-	slots   chan struct{}   // a token per live worker, Concurrency at most
-	workers *sync.WaitGroup // the live workers
+	endGen atomic.Pointer[context.CancelFunc]
+	pool   *elastic.Pool[job] // the workers that run the handlers; see startWorkers
 }
 
 // New validates cfg and returns a Consumer that calls handle for each

@@ -127,12 +127,12 @@ func (p *partitionState) run(fetched <-chan fetchedMsg) bool {
 			next = job{p: p, msg: p.ready[0]}
 			// An idle worker first; a new one only when none is idle.
 			select {
-			case p.c.jobs <- next:
+			case p.c.pool.Jobs <- next:
 				p.started()
 				return true
 			default:
 			}
-			jobs, spawn = p.c.jobs, p.c.slots
+			jobs, spawn = p.c.pool.Jobs, p.c.pool.Slots
 		}
 	}
 	select {
@@ -140,7 +140,7 @@ func (p *partitionState) run(fetched <-chan fetchedMsg) bool {
 	case jobs <- next:
 		p.started()
 	case spawn <- struct{}{}:
-		p.c.spawn(next)
+		p.c.pool.Spawn(next)
 		p.started()
 	case <-p.stop.Done():
 		return false

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/billing-consumer/billing-consumer/internal/elastic"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -62,46 +63,15 @@ func (in *inbox) take(into []completion) []completion {
 	return into
 }
 
-// workerIdle is how long a worker waits for its next message before it
-// ends: under load workers live on (and keep the stacks they grew into
-// the billing, HTTP and JSON call chains), an idle consumer holds none.
-const workerIdle = 5 * time.Second
-
 // startWorkers prepares the workers that run every handler of the
-// consumer, for all partitions and generations. There are at most
-// Concurrency of them, started as the work needs them: a partition hands
-// a message to an idle worker (c.jobs is unbuffered), and only when none
-// is idle takes one of the Concurrency slots (c.slots) and starts one
-// (spawn). A worker that stays idle for workerIdle ends and frees its
-// slot. stopWorkers ends them once no partition can hand out a message
-// any more, and waits for them.
+// consumer, for all partitions and generations: an elastic pool of at
+// most Concurrency (internal/elastic). A partition hands a message to an
+// idle worker (pool.Jobs), and only when none is idle takes one of the
+// slots (pool.Slots) and spawns one. stopWorkers ends them once no
+// partition can hand out a message any more, and waits for them.
 func (c *Consumer) startWorkers() (stopWorkers func()) {
-	c.jobs = make(chan job)
-	c.slots = make(chan struct{}, c.cfg.Concurrency)
-	c.workers = new(sync.WaitGroup)
-	return func() { close(c.jobs); c.workers.Wait() }
-}
-
-// spawn starts a worker for j; the caller holds a slot for it.
-func (c *Consumer) spawn(j job) {
-	c.workers.Go(func() {
-		defer func() { <-c.slots }()
-		idle := time.NewTimer(workerIdle)
-		defer idle.Stop()
-		for {
-			c.runJob(j)
-			idle.Reset(workerIdle)
-			var ok bool
-			select {
-			case j, ok = <-c.jobs:
-				if !ok {
-					return
-				}
-			case <-idle.C:
-				return
-			}
-		}
-	})
+	c.pool = elastic.New(c.cfg.Concurrency, c.runJob)
+	return c.pool.Close
 }
 
 // runJob runs j's handler and reports its verdict to j's partition. A
@@ -125,7 +95,7 @@ func (c *Consumer) runJob(j job) {
 	}
 	p.log.Error("handler failed, retrying the message in place", "offset", j.msg.Offset, "err", err)
 	go func() {
-		// The partition's drain waits for this verdict, so c.jobs is still
+		// The partition's drain waits for this verdict, so the pool is still
 		// open: stopWorkers runs only after every partition drained. The
 		// message goes back to an idle worker, or to a new one. A stop
 		// during the pause abandons the message at once, so the pause never
@@ -137,11 +107,11 @@ func (c *Consumer) runJob(j job) {
 		for {
 			select {
 			case <-pause.C:
-				jobs, slots = c.jobs, c.slots
+				jobs, slots = c.pool.Jobs, c.pool.Slots
 			case jobs <- j:
 				return
 			case slots <- struct{}{}:
-				c.spawn(j)
+				c.pool.Spawn(j)
 				return
 			case <-p.stop.Done():
 				p.done.put(completion{msg: j.msg, err: err})

@@ -78,8 +78,8 @@ func TestRetryPauseEndsWhenThePartitionStops(t *testing.T) {
 	stop, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := newPartitionState(c, nil, nil, 0, logs.Logger, stop, context.WithoutCancel(stop))
-	c.slots <- struct{}{}
-	c.spawn(job{p: p, msg: kafka.Message{Offset: 7}})
+	c.pool.Slots <- struct{}{}
+	c.pool.Spawn(job{p: p, msg: kafka.Message{Offset: 7}})
 	poll.Until(t, retryPause/2, "the handler to fail and its retry to be scheduled", func() bool {
 		return logs.count("retrying the message in place") > 0
 	})
