@@ -196,7 +196,7 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 	// Transient retries, systemic pauses and busy waits back off
 	// separately: a long outage must not leave the event's next transient
 	// retry at the cap.
-	w := &waits{transient: h.backoff(), systemic: h.backoff(), busy: h.backoff()}
+	w := &waits{}
 	defer func() {
 		if w.stalled {
 			h.stalled.Add(-1)
@@ -222,7 +222,7 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 		if w.stalled && kind != fault.Systemic {
 			w.stalled = false
 			h.stalled.Add(-1)
-			w.systemic = h.backoff()
+			w.systemic = nil
 			h.cfg.Logger.InfoContext(ctx, "systemic failure over, event resumed", "event_id", ev.EventID)
 		}
 		if err == nil {
@@ -269,7 +269,7 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 		spanRetry(ctx, kind)
 		h.cfg.Logger.WarnContext(ctx, "event failed, retrying", "event_id", ev.EventID, "order_id", ev.OrderID,
 			"attempt", b.attempts, "failing_for", b.spent, "err", err)
-		if err := sleepFor(ctx, h.untilParked(w.transient, b)); err != nil {
+		if err := sleepFor(ctx, h.untilParked(h.lazy(&w.transient), b)); err != nil {
 			return err
 		}
 	}
@@ -294,7 +294,9 @@ func (h *Handler) park(ctx context.Context, ev events.OrderConfirmed, b budget, 
 	return true
 }
 
-// waits is one event's backoffs and whether it counts as stalled.
+// waits is one event's backoffs and whether it counts as stalled. A nil
+// backoff is a fresh one, built by lazy on its first wait: most events
+// never wait, and three backoffs are six allocations.
 type waits struct {
 	transient, systemic, busy retry.Backoff
 	stalled                   bool
@@ -310,14 +312,14 @@ func (h *Handler) wait(ctx context.Context, ev events.OrderConfirmed, kind fault
 	spanRetry(ctx, kind)
 	if kind == fault.Busy {
 		h.cfg.Logger.InfoContext(ctx, "order claimed by another event, waiting", "event_id", ev.EventID, "order_id", ev.OrderID, "err", err)
-		return sleep(ctx, w.busy)
+		return sleep(ctx, h.lazy(&w.busy))
 	}
 	if !w.stalled {
 		w.stalled = true
 		h.stalled.Add(1)
 	}
 	h.cfg.Logger.ErrorContext(ctx, "systemic failure, pausing this event", "event_id", ev.EventID, "err", err)
-	return sleep(ctx, w.systemic)
+	return sleep(ctx, h.lazy(&w.systemic))
 }
 
 // answered reports whether err (of kind) is a definite answer of the
@@ -364,6 +366,14 @@ func (h *Handler) writeDLQ(ctx context.Context, msg kafka.Message, ev *events.Or
 	}
 	h.cfg.Logger.WarnContext(ctx, "record dead-lettered", attrs...)
 	return nil
+}
+
+// lazy returns *b, first setting it to a fresh backoff if it is nil.
+func (h *Handler) lazy(b *retry.Backoff) retry.Backoff {
+	if *b == nil {
+		*b = h.backoff()
+	}
+	return *b
 }
 
 func (h *Handler) backoff() retry.Backoff {
