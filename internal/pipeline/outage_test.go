@@ -24,15 +24,24 @@ func TestOutageIsNotPoison(t *testing.T) {
 	const n, maxAttempts = 6, 2
 	var down atomic.Bool
 	down.Store(true)
-	var firstCalls sync.WaitGroup
+	// Every event fails once before any is retried, as n events in flight
+	// at once would; and every event's first failure has been counted
+	// before any retry is answered. Without the second barrier, a loaded
+	// machine let an early event fail its MaxAttempts before the others'
+	// first failures made the outage, and dead-lettered it (CI saw this).
+	var firstCalls, secondCalls sync.WaitGroup
 	firstCalls.Add(n)
-	seen := sync.Map{}
+	secondCalls.Add(n)
+	calls := sync.Map{}
 	biller := &fakeBiller{process: func(ctx context.Context, _ int, ev events.OrderConfirmed) (billing.Result, error) {
-		if _, again := seen.LoadOrStore(ev.EventID, true); !again {
-			// Every event fails once before any retries, as n events in
-			// flight at once would.
+		c, _ := calls.LoadOrStore(ev.EventID, new(atomic.Int32))
+		switch c.(*atomic.Int32).Add(1) {
+		case 1:
 			firstCalls.Done()
 			firstCalls.Wait()
+		case 2:
+			secondCalls.Done()
+			secondCalls.Wait()
 		}
 		if down.Load() {
 			return billing.Result{}, fault.New(fault.Transient, errors.New("provider answered 503"))
