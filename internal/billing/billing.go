@@ -134,6 +134,11 @@ type Config struct {
 	// charges again); it is a Conflict, and the completer blocks the claim.
 	// Zero means no limit.
 	ClaimBlockAfter time.Duration
+	// Paused reports whether an operator's pause is in force (SPEC §11
+	// I4); nil means never paused. Process consults it before it claims
+	// and again right before the requests leave, and answers ErrPaused
+	// when it says paused (see pause.go). Safe for concurrent calls.
+	Paused func() bool
 }
 
 // Service processes events. It is safe for concurrent use; concurrent
@@ -147,6 +152,8 @@ type Service struct {
 	dbTimeout time.Duration
 	// claimBlockAfter is Config.ClaimBlockAfter.
 	claimBlockAfter time.Duration
+	// pausedFn is Config.Paused.
+	pausedFn func() bool
 }
 
 // New returns a Service, or an error naming what cfg lacks.
@@ -158,7 +165,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.DBTimeout = 10 * time.Second
 	}
 	return &Service{db: cfg.DB, charger: cfg.Charger, group: cfg.Group, now: cfg.Now,
-		logger: cfg.Logger, dbTimeout: cfg.DBTimeout, claimBlockAfter: cfg.ClaimBlockAfter}, nil
+		logger: cfg.Logger, dbTimeout: cfg.DBTimeout, claimBlockAfter: cfg.ClaimBlockAfter, pausedFn: cfg.Paused}, nil
 }
 
 // Process charges the order of ev at most once, ever.
@@ -173,6 +180,9 @@ func New(cfg Config) (*Service, error) {
 //   - Busy: another event's claim on the order is unsettled; retry later;
 //   - Systemic: credentials rejected, database unreachable;
 //   - Transient: the outcome is unknown or the database failed; retry.
+//
+// ErrPaused (Busy) says that an operator's pause stopped it before any
+// request was sent (Config.Paused).
 //
 // After an error the event is not marked processed, so it can be retried
 // or dead-lettered; its order's claim stays as SPEC §6 requires.
