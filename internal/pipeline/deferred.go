@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -72,19 +73,17 @@ func (h *Handler) deferEvent(ctx context.Context, msg kafka.Message, ev events.O
 
 // RunDeferred decides the deferred events whose claim is no longer
 // pending, every interval until ctx ends (every replica runs it; a lease
-// keeps two from deciding one event at once). While paused() is true
-// (an operator's pause) it decides nothing: a decision may charge.
-func (h *Handler) RunDeferred(ctx context.Context, interval time.Duration, paused func() bool) {
+// keeps two from deciding one event at once). While an operator's pause
+// is in force (Config.Gate) it decides nothing: a decision may charge.
+func (h *Handler) RunDeferred(ctx context.Context, interval time.Duration) {
 	if h.cfg.Deferrer == nil {
 		return
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if !paused() {
-			if err := h.DecideDeferred(ctx); err != nil && ctx.Err() == nil {
-				h.cfg.Logger.ErrorContext(ctx, "deferred decisions failed", "err", err)
-			}
+		if err := h.DecideDeferred(ctx); err != nil && ctx.Err() == nil {
+			h.cfg.Logger.ErrorContext(ctx, "deferred decisions failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -96,11 +95,15 @@ func (h *Handler) RunDeferred(ctx context.Context, interval time.Duration, pause
 
 // DecideDeferred makes one pass: it takes up the deferred events due, one
 // at a time (each lease covers one decision), up to deferredBatch, and
-// decides each. Its error is the pass's (the database, a systemic
-// answer); an event that could not be decided yet is given back, not an
-// error.
+// decides each. Before each it checks an operator's pause (Config.Gate),
+// and a pause ends the pass: each decision may charge (SPEC §11 I4). Its
+// error is the pass's (the database, a systemic answer); an event that
+// could not be decided yet is given back, not an error.
 func (h *Handler) DecideDeferred(ctx context.Context) error {
 	for range deferredBatch {
+		if h.paused() {
+			return nil
+		}
 		d, ok, err := h.cfg.Deferrer.TakeDeferred(ctx, deferredLease)
 		if err != nil || !ok {
 			return err
@@ -141,6 +144,10 @@ func (h *Handler) decide(ctx context.Context, d billing.Deferred) error {
 		reason = dlq.Conflict
 	case ctx.Err() != nil:
 		return nil // the lease ends, and the event is decided again
+	case errors.Is(err, billing.ErrPaused):
+		// Nothing sent: given back at once, and the pass ends (DecideDeferred
+		// sees the pause).
+		return h.cfg.Deferrer.RetryDeferred(ctx, d, 0, err)
 	default:
 		after := retryAfter(d.Attempts)
 		if rerr := h.cfg.Deferrer.RetryDeferred(ctx, d, after, err); rerr != nil {

@@ -130,6 +130,9 @@ type Config struct {
 	// Propagator reads the trace context from the record's headers; nil
 	// means W3C trace context (traceparent, tracestate).
 	Propagator propagation.TextMapPropagator
+	// Gate is an operator's pause as the consumer's Gate (closed while
+	// billing may send; pause.go); nil means never paused.
+	Gate func() <-chan struct{}
 }
 
 // Handler processes records. It is safe for concurrent use.
@@ -204,7 +207,7 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 	}()
 	var b budget
 	for {
-		res, err := h.cfg.Biller.Process(ctx, ev)
+		res, err := h.processResumed(ctx, ev, &b, w)
 		kind := fault.KindOf(err)
 		now := h.cfg.Now()
 		if err != nil && kind == fault.Transient && ctx.Err() == nil {
