@@ -3,7 +3,9 @@ package billing
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -14,14 +16,14 @@ import (
 // Deferred decisions (SPEC §10): an event that waits on another event's
 // unsettled claim on its order (Process answers fault.Busy) must not hold
 // its partition either. After BILLING_PARK_AFTER of waiting the pipeline
-// defers it: Defer stores its record, exactly as consumed, in
-// deferred_event (migration 00008), and the record is committed. Once the
-// claim it waits on is no longer pending, the deciding loop takes the row
-// up (TakeDeferred), decides the event through Process exactly as a
-// redelivery would be decided — Duplicate, DuplicateOrder, a Conflict to
-// dead-letter from the stored bytes, or its own charge if the claim was
-// released — and deletes the row (FinishDeferred) only after that
-// decision is durable. A crash before the delete decides the event again:
+// defers it: Defer stores its record, exactly as consumed (its header keys
+// as bytes), in deferred_event (migrations 00008 and 00009), and the record
+// is committed. Once the claim it waits on is no longer pending, the
+// deciding loop takes the row up (TakeDeferred), decides the event through
+// Process exactly as a redelivery would be decided — Duplicate,
+// DuplicateOrder, a Conflict to dead-letter from the stored bytes, or its
+// own charge if the claim was released — and deletes the row
+// (FinishDeferred) only after that decision is durable. A crash before the delete decides the event again:
 // the ledger and processed_event make the second decision a Duplicate, so
 // nothing is charged twice; a dead-letter record may be written twice (at
 // least once, as every DLQ write is).
@@ -38,7 +40,10 @@ type Record struct {
 	Time      time.Time
 }
 
-// Header is one record header.
+// Header is one record header. Key is the key's bytes as kafka-go hands
+// them over, not necessarily UTF-8 (Kafka's own clients write Java strings,
+// but any producer may write any bytes): Defer keeps them exactly, for the
+// dead letter written from the stored record.
 type Header struct {
 	Key   string
 	Value []byte
@@ -82,8 +87,8 @@ var (
 	// sees the rows as they were before the INSERT.
 	deferSQL = `WITH ins AS (
   INSERT INTO deferred_event (consumer_group, event_id, order_id, waits_for, topic, kafka_partition, kafka_offset,
-    record_key, record_value, header_keys, header_values, record_time)
-  SELECT $1, $2, $3, w.event_id, $4, $5, $6, $7, $8, $9, $10, $11 FROM (
+    record_key, record_value, header_keys, header_values, record_time, header_key_bytes)
+  SELECT $1, $2, $3, w.event_id, $4, $5, $6, $7, $8, $9, $10, $11, $12 FROM (
     SELECT c.event_id FROM charge c WHERE c.order_id = $3 AND c.status IN ('pending', 'blocked') AND c.event_id <> $2
     UNION ALL (` + ahead("$1", "$3", "$2") + `)
     LIMIT 1) w
@@ -102,7 +107,8 @@ FROM (SELECT x.seq FROM deferred_event x
   ORDER BY x.next_try_at LIMIT 1 FOR UPDATE OF x SKIP LOCKED) t
 WHERE d.seq = t.seq
 RETURNING d.seq, d.event_id, d.order_id, d.waits_for, d.topic, d.kafka_partition, d.kafka_offset, d.record_key, d.record_value,
-  d.header_keys, d.header_values, d.record_time, (extract(epoch FROM now() - d.deferred_at) * 1000000)::bigint, d.attempts`
+  d.header_keys, d.header_values, d.record_time, (extract(epoch FROM now() - d.deferred_at) * 1000000)::bigint, d.attempts,
+  d.header_key_bytes`
 )
 
 // heldSQL returns, for each order and event given, the event deferred
@@ -124,9 +130,9 @@ WHERE seq = $1 AND attempts = $2`
 // the caller may commit it. False means no other event's claim holds ev's
 // order any more: the caller processes ev again, which decides it now.
 func (s *Service) Defer(ctx context.Context, ev events.OrderConfirmed, rec Record) (bool, error) {
-	keys, values := make([]string, len(rec.Headers)), make([][]byte, len(rec.Headers))
+	keys, values := make([][]byte, len(rec.Headers)), make([][]byte, len(rec.Headers))
 	for i, h := range rec.Headers {
-		keys[i], values[i] = h.Key, h.Value
+		keys[i], values[i] = []byte(h.Key), h.Value
 	}
 	var at *time.Time
 	if !rec.Time.IsZero() {
@@ -135,7 +141,7 @@ func (s *Service) Defer(ctx context.Context, ev events.OrderConfirmed, rec Recor
 	dctx, cancel := s.live(ctx)
 	defer cancel()
 	rows, err := s.db.Query(dctx, deferSQL, s.group, [16]byte(ev.EventID), ev.OrderID, rec.Topic, rec.Partition, rec.Offset,
-		rec.Key, rec.Value, keys, values, at)
+		rec.Key, rec.Value, textKeys(rec.Headers), values, at, keys)
 	var stored bool
 	if err == nil {
 		stored, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
@@ -165,22 +171,46 @@ func (s *Service) TakeDeferred(ctx context.Context, lease time.Duration) (Deferr
 	return out[0], true, nil
 }
 
+// textKeys is what Defer writes to header_keys (text[]) beside the keys'
+// bytes (header_key_bytes, migration 00009), for a binary of level 8 to
+// read: the keys, when every one is text Postgres can hold (UTF-8 without
+// a NUL byte), else none, which that binary refuses to decide (its keys
+// and values differ in number) and leaves to this one.
+func textKeys(hs []Header) []string {
+	keys := make([]string, 0, len(hs))
+	for _, h := range hs {
+		if !utf8.ValidString(h.Key) || strings.IndexByte(h.Key, 0) >= 0 {
+			return []string{}
+		}
+		keys = append(keys, h.Key)
+	}
+	return keys
+}
+
+// scanDeferred reads a row of takeDeferredSQL. The header keys are
+// header_key_bytes; a row written by a binary of level 8 (or before
+// migration 00009) has none, and its text keys are its keys.
 func scanDeferred(row pgx.CollectableRow) (Deferred, error) {
 	var d Deferred
-	var keys []string
-	var values [][]byte
+	var texts []string
+	var keys, values [][]byte
 	var at *time.Time
 	var age int64
 	err := row.Scan(&d.Seq, (*[16]byte)(&d.EventID), &d.OrderID, (*[16]byte)(&d.WaitsFor), &d.Record.Topic, &d.Record.Partition,
-		&d.Record.Offset, &d.Record.Key, &d.Record.Value, &keys, &values, &at, &age, &d.Attempts)
+		&d.Record.Offset, &d.Record.Key, &d.Record.Value, &texts, &values, &at, &age, &d.Attempts, &keys)
 	if err != nil {
 		return d, err
+	}
+	if keys == nil {
+		for _, k := range texts {
+			keys = append(keys, []byte(k))
+		}
 	}
 	if len(keys) != len(values) {
 		return d, fmt.Errorf("deferred event %s: %d header keys, %d values", d.EventID, len(keys), len(values))
 	}
 	for i := range keys {
-		d.Record.Headers = append(d.Record.Headers, Header{Key: keys[i], Value: values[i]})
+		d.Record.Headers = append(d.Record.Headers, Header{Key: string(keys[i]), Value: values[i]})
 	}
 	if at != nil {
 		d.Record.Time = *at
