@@ -95,7 +95,10 @@ type Unsettled struct {
 	// them.
 	Parked int
 	// Deferred counts the deferred events (deferred_event, every group):
-	// their records were committed, their decisions wait (SPEC §10).
+	// their records were committed, their decisions wait (SPEC §10). A
+	// parked event's own row (park.go) is left out while its claim is
+	// pending and parked, counted in Parked: Parked + Deferred counts each
+	// waiting event once.
 	Deferred int
 	// OldestPending is the age of the oldest pending claim, 0 without one.
 	OldestPending time.Duration
@@ -152,7 +155,9 @@ WHERE status = 'pending' AND (claimed_at < now() - $1 * interval '1 millisecond'
 ORDER BY claimed_at LIMIT $2`
 	unsettledSQL = `SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'blocked'),
 count(*) FILTER (WHERE status = 'pending' AND parked_at IS NOT NULL),
-coalesce(max(` + ageColumn + `) FILTER (WHERE status = 'pending'), 0), (SELECT count(*) FROM deferred_event)
+coalesce(max(` + ageColumn + `) FILTER (WHERE status = 'pending'), 0),
+(SELECT count(*) FROM deferred_event d WHERE NOT EXISTS (SELECT 1 FROM charge p WHERE p.order_id = d.order_id AND p.event_id = d.event_id
+  AND p.status = 'pending' AND p.parked_at IS NOT NULL))
 FROM charge WHERE status <> 'charged'`
 	blockedSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, coalesce(last_error, '') FROM charge
 WHERE status = 'blocked' ORDER BY claimed_at LIMIT 100`

@@ -44,7 +44,7 @@ func TestPausedCompleterSendsNothing(t *testing.T) {
 	ctx := context.Background()
 	ev := event(9451, 2500)
 	e.pendingClaim(t, ev, paysim.Faults{ErrorRate: 1})
-	if ok, err := e.svc.Park(ctx, ev); err != nil || !ok {
+	if ok, err := e.svc.Park(ctx, ev, recordOf(ev)); err != nil || !ok {
 		t.Fatalf("Park = %v, %v; want true", ok, err)
 	}
 	if _, err := e.pool.Exec(ctx, "UPDATE charge SET next_send_at = now() - interval '1 second' WHERE order_id = $1", ev.OrderID); err != nil {

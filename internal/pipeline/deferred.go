@@ -52,10 +52,12 @@ func (w *waited) observe(kind fault.Kind, now time.Time) time.Duration {
 }
 
 // deferEvent stores ev for a later decision (Deferrer) after it has waited
-// on another event's claim for ParkAfter, and reports whether it did: then
-// msg may be committed, counted "parked". When the claim settled
-// meanwhile, or the store failed, ev goes on waiting and is processed
-// again, which decides it.
+// on another event's claim for ParkAfter, or at once when it is held
+// behind a blocked claim (billing.ErrHeld), and reports whether it did:
+// then msg may be committed, counted "parked". A redelivery of a record
+// deferred before is stored already: committed as deferred again. When
+// the claim settled meanwhile, or the store failed, ev goes on waiting
+// and is processed again, which decides it.
 func (h *Handler) deferEvent(ctx context.Context, msg kafka.Message, ev events.OrderConfirmed, waitedFor time.Duration, cause error) bool {
 	stored, err := h.cfg.Deferrer.Defer(ctx, ev, recordOf(msg))
 	if err != nil || !stored {
@@ -66,8 +68,8 @@ func (h *Handler) deferEvent(ctx context.Context, msg kafka.Message, ev events.O
 	}
 	spanOutcome(ctx, "deferred", 0)
 	h.cfg.Metrics.Events.WithLabelValues("parked").Inc()
-	h.cfg.Logger.WarnContext(ctx, "event deferred: its decision waits for another event's claim, its record committed",
-		"event_id", ev.EventID, "order_id", ev.OrderID, "waited", waitedFor, "err", cause)
+	h.cfg.Logger.WarnContext(ctx, "event deferred: its decision waits for the claim on its order, its record committed",
+		"event_id", ev.EventID, "order_id", ev.OrderID, "waited", waitedFor, "held", errors.Is(cause, billing.ErrHeld), "err", cause)
 	return true
 }
 
@@ -124,7 +126,10 @@ func (h *Handler) DecideDeferred(ctx context.Context) error {
 // deleted — by Process for a charge or a duplicate, by an acknowledged
 // dead-letter record, with the stored key, value and headers, for a
 // conflict or a refusal. An unknown outcome gives the row back, backing
-// off as a parked claim's re-sends do.
+// off as a parked claim's re-sends do, and so does a held answer
+// (billing.ErrHeld: the claim was blocked after the row was taken): the
+// event is not decided yet, an operator decides the claim first, and it
+// is never a conflict.
 func (h *Handler) decide(ctx context.Context, d billing.Deferred) error {
 	msg := messageOf(d.Record)
 	ev, err := events.Decode(msg.Value, h.cfg.Now())
