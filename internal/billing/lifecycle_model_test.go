@@ -112,7 +112,9 @@ const (
 	mCharged
 )
 
-func (m mstatus) claim() ClaimStatus { return [...]ClaimStatus{ClaimPending, ClaimBlocked, ClaimCharged}[m] }
+func (m mstatus) claim() ClaimStatus {
+	return [...]ClaimStatus{ClaimPending, ClaimBlocked, ClaimCharged}[m]
+}
 
 func mstatusOf(s ClaimStatus) mstatus {
 	switch s {
