@@ -8,9 +8,9 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
-	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/policy"
 )
 
 // Deferrer keeps the events whose decision waits on another event's claim
@@ -125,7 +125,8 @@ func (h *Handler) DecideDeferred(ctx context.Context) error {
 // a definite refusal), and its outcome is made durable before the row is
 // deleted — by Process for a charge or a duplicate, by an acknowledged
 // dead-letter record, with the stored key, value and headers, for a
-// conflict or a refusal. An unknown outcome gives the row back, backing
+// conflict or a refusal. A failure is the failure policy's (policy.Decide,
+// asked as its Decider): an unknown outcome gives the row back, backing
 // off as a parked claim's re-sends do, and so does a held answer
 // (billing.ErrHeld: the claim was blocked after the row was taken): the
 // event is not decided yet, an operator decides the claim first, and it
@@ -137,37 +138,21 @@ func (h *Handler) decide(ctx context.Context, d billing.Deferred) error {
 	if err == nil {
 		res, err = h.cfg.Biller.Process(billing.WithAttempt(ctx), ev)
 	}
-	kind := fault.KindOf(err)
-	var reason dlq.Reason
-	switch {
-	case err == nil:
-	case kind == fault.Invalid:
-		reason = dlq.Invalid
-	case kind == fault.Permanent:
-		reason = dlq.Permanent
-	case kind == fault.Conflict:
-		reason = dlq.Conflict
-	case ctx.Err() != nil:
-		return nil // the lease ends, and the event is decided again
-	case errors.Is(err, billing.ErrPaused):
-		// Nothing sent: given back at once, and the pass ends (DecideDeferred
-		// sees the pause).
-		return h.cfg.Deferrer.RetryDeferred(ctx, d, 0, err)
-	default:
-		after := retryAfter(d.Attempts)
-		if rerr := h.cfg.Deferrer.RetryDeferred(ctx, d, after, err); rerr != nil {
-			return rerr
-		}
-		h.cfg.Logger.InfoContext(ctx, "deferred event not decided yet", "event_id", d.EventID, "order_id", d.OrderID,
-			"attempts", d.Attempts, "retry_in", after, "err", err)
-		if kind == fault.Systemic {
-			return err
-		}
-		return nil
-	}
 	result := string(res.Outcome)
-	if reason != "" {
-		if err := h.writeDLQ(ctx, msg, &ev, reason, err, d.Attempts); err != nil {
+	if err != nil {
+		a := policy.Decide(h.policy, policy.Failure{By: policy.Decider, Kind: fault.KindOf(err), Canceled: ctx.Err() != nil,
+			Held: errors.Is(err, billing.ErrHeld), Paused: errors.Is(err, billing.ErrPaused), Attempts: d.Attempts})
+		switch a {
+		case policy.Leave:
+			return nil // the lease ends, and the event is decided again
+		case policy.GiveBackUnsent:
+			// Nothing sent: given back at once, and the pass ends (DecideDeferred
+			// sees the pause).
+			return h.cfg.Deferrer.RetryDeferred(ctx, d, 0, err)
+		case policy.GiveBack, policy.GiveBackAndStop:
+			return h.giveBack(ctx, d, err, a == policy.GiveBackAndStop)
+		}
+		if err := h.writeDLQ(ctx, msg, &ev, a.Reason(), err, d.Attempts); err != nil {
 			return nil // not acknowledged before the timeout: the lease ends, the event is decided again
 		}
 		result = "dlq"
@@ -178,6 +163,22 @@ func (h *Handler) decide(ctx context.Context, d billing.Deferred) error {
 	h.cfg.Metrics.DeferredDecided.WithLabelValues(result).Inc()
 	h.cfg.Logger.InfoContext(ctx, "deferred event decided", "event_id", d.EventID, "order_id", d.OrderID,
 		"result", result, "deferred_for", d.Age, "waited_for", d.WaitsFor)
+	return nil
+}
+
+// giveBack gives d back after its failure cause, to be decided again
+// after its backoff, and returns the error that ends the pass: cause when
+// stop (a systemic failure), else nil.
+func (h *Handler) giveBack(ctx context.Context, d billing.Deferred, cause error, stop bool) error {
+	after := retryAfter(d.Attempts)
+	if err := h.cfg.Deferrer.RetryDeferred(ctx, d, after, cause); err != nil {
+		return err
+	}
+	h.cfg.Logger.InfoContext(ctx, "deferred event not decided yet", "event_id", d.EventID, "order_id", d.OrderID,
+		"attempts", d.Attempts, "retry_in", after, "err", cause)
+	if stop {
+		return cause
+	}
 	return nil
 }
 

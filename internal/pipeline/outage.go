@@ -84,5 +84,14 @@ func (b *budget) fail(now time.Time) {
 	b.attempts++
 }
 
+// since is how long ago its last counted failure was, at now: zero when
+// there is none, or its clock is stopped.
+func (b *budget) since(now time.Time) time.Duration {
+	if b.last.IsZero() {
+		return 0
+	}
+	return now.Sub(b.last)
+}
+
 // pause stops the clock of the budget until the next counted failure.
 func (b *budget) pause() { b.last = time.Time{} }

@@ -3,30 +3,19 @@
 // the consumer's handler: it returns nil only when the record may be
 // committed.
 //
-// What happens to a failure depends on its fault.Kind:
-//
-//	Invalid                → DLQ "invalid", no retry
-//	Permanent, Conflict    → DLQ "permanent" / "conflict", no retry
-//	Transient              → retry with capped exponential backoff and
-//	                         jitter; parked (its claim handed to the
-//	                         completer, its record committed) once it has
-//	                         failed for ParkAfter; DLQ "exhausted" once it
-//	                         has failed for RetryBudget (and MaxAttempts
-//	                         times), if it could not be parked
-//	Systemic               → retry without limit, marked unready: a
-//	                         database outage or rejected credentials must
-//	                         not send healthy events to the DLQ
-//	Busy                   → another event holds the order's claim, its
-//	                         outcome unknown: wait with backoff, spending
-//	                         nothing, still ready; deferred (its record
-//	                         stored for a decision once that claim
-//	                         settles, and committed) once it has waited
-//	                         for ParkAfter
-//	Busy, billing.ErrHeld  → the order's claim (another event's or its
-//	                         own) is blocked: deferred at once, since only
-//	                         an operator settles it; waits like Busy only
-//	                         while it cannot be stored. Never
-//	                         dead-lettered (SPEC §11, I3)
+// What happens to a failure is internal/policy's Decide, from its
+// fault.Kind and the event's budget: dead-lettered for the event's own
+// definite faults (invalid, permanent, conflict), retried with capped
+// exponential backoff and jitter while transient, parked (its claim handed
+// to the completer, its record committed) once it has failed for
+// ParkAfter, dead-lettered "exhausted" once it has failed for RetryBudget
+// (and MaxAttempts times) if it could not be parked; a systemic failure
+// (a database outage, rejected credentials) waits without limit, marked
+// unready; a busy order (another event holds its claim) waits, still
+// ready, and is deferred (its record stored for a decision once that
+// claim settles, and committed) once it has waited for ParkAfter, or at
+// once when the claim is blocked (billing.ErrHeld). Handle gathers the
+// facts and carries the action out.
 //
 // A streak of transient failures with no success anywhere in the handler
 // is an outage, treated as Systemic, once OutageThreshold distinct events
@@ -48,7 +37,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
-	"github.com/sethvargo/go-retry"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -59,6 +47,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/metrics"
+	"github.com/billing-consumer/billing-consumer/internal/policy"
 	"github.com/billing-consumer/billing-consumer/internal/tracing"
 )
 
@@ -147,7 +136,8 @@ type Config struct {
 
 // Handler processes records. It is safe for concurrent use.
 type Handler struct {
-	cfg Config
+	cfg    Config
+	policy policy.Config
 	// stalled counts handlers waiting out a systemic failure.
 	stalled atomic.Int64
 	streak  streak
@@ -158,13 +148,16 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Biller == nil || cfg.DLQ == nil || cfg.Metrics == nil || cfg.Logger == nil || cfg.Now == nil {
 		return nil, errors.New("pipeline: biller, dlq, metrics, logger and clock are required")
 	}
-	if cfg.ParkAfter < 0 || cfg.ParkAfter > 0 && (cfg.Parker == nil || cfg.Deferrer == nil) {
+	pol := policy.Config{MaxAttempts: cfg.MaxAttempts, RetryBudget: cfg.RetryBudget, ParkAfter: cfg.ParkAfter}
+	if err := pol.Validate(); err != nil {
+		return nil, fmt.Errorf("pipeline: invalid failure policy: %w", err)
+	}
+	if cfg.ParkAfter > 0 && (cfg.Parker == nil || cfg.Deferrer == nil) {
 		return nil, fmt.Errorf("pipeline: parking after %v needs a parker and a deferrer", cfg.ParkAfter)
 	}
-	if cfg.MaxAttempts < 1 || cfg.RetryBudget < 0 || cfg.OutageAfter < 0 || cfg.OutageThreshold < 0 ||
-		cfg.BackoffBase <= 0 || cfg.BackoffMax < cfg.BackoffBase {
-		return nil, fmt.Errorf("pipeline: invalid retry policy: %d attempts, budget %v, outage after %d events or %v, backoff %v..%v",
-			cfg.MaxAttempts, cfg.RetryBudget, cfg.OutageThreshold, cfg.OutageAfter, cfg.BackoffBase, cfg.BackoffMax)
+	if cfg.OutageAfter < 0 || cfg.OutageThreshold < 0 || cfg.BackoffBase <= 0 || cfg.BackoffMax < cfg.BackoffBase {
+		return nil, fmt.Errorf("pipeline: invalid retry timing: outage after %d events or %v, backoff %v..%v",
+			cfg.OutageThreshold, cfg.OutageAfter, cfg.BackoffBase, cfg.BackoffMax)
 	}
 	if cfg.Tracer == nil {
 		cfg.Tracer = noop.NewTracerProvider().Tracer(tracing.ScopeName)
@@ -172,7 +165,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Propagator == nil {
 		cfg.Propagator = tracing.Propagator()
 	}
-	return &Handler{cfg: cfg, streak: streak{failing: map[uuid.UUID]struct{}{}}}, nil
+	return &Handler{cfg: cfg, policy: pol, streak: streak{failing: map[uuid.UUID]struct{}{}}}, nil
 }
 
 // Stalled reports whether some event is waiting out a systemic failure
@@ -196,6 +189,8 @@ func (h *Handler) Handle(ctx context.Context, msg kafka.Message) error {
 	return err
 }
 
+// handle is Handle without the span: it asks the failure policy what to
+// do with each failed attempt (policy.Decide) and carries the action out.
 func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 	// Every try below is one attempt at the charge: a definite refusal
 	// after an earlier try's unknown outcome may still release the claim
@@ -218,27 +213,10 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 	var b budget
 	for {
 		res, err := h.processResumed(ctx, ev, &b, w)
-		kind := fault.KindOf(err)
 		now := h.cfg.Now()
-		if err != nil && kind == fault.Transient && ctx.Err() == nil {
-			if outage := h.outage(ev, now, b.attempts == 0); outage != "" {
-				kind = fault.Systemic
-				err = fmt.Errorf("dependency outage (%s): %w", outage, err)
-			}
-		} else if answered(err, kind) {
-			h.recovered()
-		}
-		// The event counts as stalled from its first systemic failure until
-		// it has any other outcome, attempts in between included, so
-		// /readyz does not flicker to ready while the failing call is under
-		// way.
-		if w.stalled && kind != fault.Systemic {
-			w.stalled = false
-			h.stalled.Add(-1)
-			w.systemic = nil
-			h.cfg.Logger.InfoContext(ctx, "systemic failure over, event resumed", "event_id", ev.EventID)
-		}
 		if err == nil {
+			h.recovered()
+			h.unstall(ctx, ev, w)
 			spanOutcome(ctx, string(res.Outcome), b.attempts+1)
 			h.cfg.Metrics.Events.WithLabelValues(string(res.Outcome)).Inc()
 			if res.DedupBypassed {
@@ -246,47 +224,82 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 			}
 			return nil
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		switch kind {
-		case fault.Invalid:
-			return h.deadLetter(ctx, msg, &ev, dlq.Invalid, err, b.attempts+1)
-		case fault.Permanent:
-			return h.deadLetter(ctx, msg, &ev, dlq.Permanent, err, b.attempts+1)
-		case fault.Conflict:
-			return h.deadLetter(ctx, msg, &ev, dlq.Conflict, err, b.attempts+1)
-		case fault.Systemic, fault.Busy:
-			// Not the event's fault: wait it out, however long, spending
-			// neither attempts nor budget; an event waiting on another's
-			// claim for ParkAfter, or held behind a blocked claim, is
-			// deferred instead (deferred.go).
+		f, err := h.failure(ctx, ev, err, b, w, now)
+		a := policy.Decide(h.policy, f)
+		if a.Spends() {
+			b.fail(now)
+		} else {
 			b.pause()
-			if waited := w.waited.observe(kind, now); h.cfg.ParkAfter > 0 && (waited >= h.cfg.ParkAfter || errors.Is(err, billing.ErrHeld)) &&
-				h.deferEvent(ctx, msg, ev, waited, err) {
+		}
+		// A Park or a Defer that did not happen is decided again, as an
+		// action that spends as the first did (policy.Action.Spends).
+		for done := false; a == policy.Park || a == policy.Defer; a = policy.Decide(h.policy, f) {
+			if a == policy.Park {
+				done, f.ParkFailed = h.park(ctx, msg, ev, b, err), true
+			} else {
+				done, f.DeferFailed = h.deferEvent(ctx, msg, ev, f.Waited, err), true
+			}
+			if done {
 				return nil
 			}
-			if err := h.wait(ctx, ev, kind, err, w); err != nil {
-				return err
-			}
-			continue
 		}
-		w.waited.observe(kind, now)
-		b.fail(now)
-		if h.cfg.ParkAfter > 0 && b.spent >= h.cfg.ParkAfter && h.park(ctx, msg, ev, b, err) {
-			return nil
+		switch a {
+		case policy.Leave:
+			return ctx.Err()
+		case policy.Wait, policy.Stall:
+			err = h.wait(ctx, ev, a == policy.Stall, err, w)
+		case policy.Retry:
+			h.cfg.Metrics.Retries.WithLabelValues(f.Kind.String()).Inc()
+			spanRetry(ctx, f.Kind)
+			h.cfg.Logger.WarnContext(ctx, "event failed, retrying", "event_id", ev.EventID, "order_id", ev.OrderID,
+				"attempt", b.attempts, "failing_for", b.spent, "err", err)
+			err = sleepFor(ctx, h.untilParked(h.lazy(&w.transient), b))
+		default:
+			return h.deadLetter(ctx, msg, &ev, a.Reason(), err, f.Attempts+1)
 		}
-		if b.attempts >= h.cfg.MaxAttempts && b.spent >= h.cfg.RetryBudget {
-			return h.deadLetter(ctx, msg, &ev, dlq.Exhausted, err, b.attempts)
-		}
-		h.cfg.Metrics.Retries.WithLabelValues(kind.String()).Inc()
-		spanRetry(ctx, kind)
-		h.cfg.Logger.WarnContext(ctx, "event failed, retrying", "event_id", ev.EventID, "order_id", ev.OrderID,
-			"attempt", b.attempts, "failing_for", b.spent, "err", err)
-		if err := sleepFor(ctx, h.untilParked(h.lazy(&w.transient), b)); err != nil {
+		if err != nil {
 			return err
 		}
 	}
+}
+
+// failure gathers the facts of ev's failed attempt err at now for the
+// failure policy, and keeps the handler's books on it: a transient failure
+// extends the failure streak, which may declare an outage (then err is
+// wrapped to say so); a definite answer ends the streak; any answer but a
+// systemic failure ends ev's stalled mark; a busy answer extends ev's wait
+// on the other claim, any other ends it.
+func (h *Handler) failure(ctx context.Context, ev events.OrderConfirmed, err error, b budget, w *waits, now time.Time) (policy.Failure, error) {
+	kind := fault.KindOf(err)
+	f := policy.Failure{By: policy.Handler, Kind: kind, Canceled: ctx.Err() != nil, Held: errors.Is(err, billing.ErrHeld),
+		Attempts: b.attempts, Spent: b.spent, SinceCounted: b.since(now)}
+	if kind == fault.Transient && !f.Canceled {
+		if outage := h.outage(ev, now, b.attempts == 0); outage != "" {
+			f.Outage = true
+			err = fmt.Errorf("dependency outage (%s): %w", outage, err)
+		}
+	} else if answered(err, kind) {
+		h.recovered()
+	}
+	if kind != fault.Systemic && !f.Outage {
+		h.unstall(ctx, ev, w)
+	}
+	f.Waited = w.waited.observe(kind, now)
+	return f, err
+}
+
+// unstall ends ev's stalled mark, if it has one: it has had an answer
+// other than a systemic failure. The event counts as stalled from its
+// first systemic failure until then, attempts in between included, so
+// /readyz does not flicker to ready while the failing call is under way.
+func (h *Handler) unstall(ctx context.Context, ev events.OrderConfirmed, w *waits) {
+	if !w.stalled {
+		return
+	}
+	w.stalled = false
+	h.stalled.Add(-1)
+	w.systemic = nil
+	h.cfg.Logger.InfoContext(ctx, "systemic failure over, event resumed", "event_id", ev.EventID)
 }
 
 // park parks ev's claim (Parker), keeping msg, after its failure err and reports
@@ -306,34 +319,6 @@ func (h *Handler) park(ctx context.Context, msg kafka.Message, ev events.OrderCo
 	h.cfg.Logger.WarnContext(ctx, "event parked: its claim is left to the completer, its record committed",
 		"event_id", ev.EventID, "order_id", ev.OrderID, "attempts", b.attempts, "failing_for", b.spent, "err", err)
 	return true
-}
-
-// waits is one event's backoffs and whether it counts as stalled. A nil
-// backoff is a fresh one, built by lazy on its first wait: most events
-// never wait, and three backoffs are six allocations.
-type waits struct {
-	transient, systemic, busy retry.Backoff
-	stalled                   bool
-	// waited is how long the event has waited on another's claim.
-	waited waited
-}
-
-// wait sleeps out a systemic failure (marking the event stalled, so the
-// service is unready) or a busy order (the event stays ready: the
-// service is healthy, one order is waiting for its claim to settle).
-func (h *Handler) wait(ctx context.Context, ev events.OrderConfirmed, kind fault.Kind, err error, w *waits) error {
-	h.cfg.Metrics.Retries.WithLabelValues(kind.String()).Inc()
-	spanRetry(ctx, kind)
-	if kind == fault.Busy {
-		h.cfg.Logger.InfoContext(ctx, "order claimed by another event, waiting", "event_id", ev.EventID, "order_id", ev.OrderID, "err", err)
-		return sleep(ctx, h.lazy(&w.busy))
-	}
-	if !w.stalled {
-		w.stalled = true
-		h.stalled.Add(1)
-	}
-	h.cfg.Logger.ErrorContext(ctx, "systemic failure, pausing this event", "event_id", ev.EventID, "err", err)
-	return sleep(ctx, h.lazy(&w.systemic))
 }
 
 // answered reports whether err (of kind) is a definite answer of the
@@ -380,46 +365,4 @@ func (h *Handler) writeDLQ(ctx context.Context, msg kafka.Message, ev *events.Or
 	}
 	h.cfg.Logger.WarnContext(ctx, "record dead-lettered", attrs...)
 	return nil
-}
-
-// lazy returns *b, first setting it to a fresh backoff if it is nil.
-func (h *Handler) lazy(b *retry.Backoff) retry.Backoff {
-	if *b == nil {
-		*b = h.backoff()
-	}
-	return *b
-}
-
-func (h *Handler) backoff() retry.Backoff {
-	return retry.WithJitterPercent(20, retry.WithCappedDuration(h.cfg.BackoffMax, retry.NewExponential(h.cfg.BackoffBase)))
-}
-
-// untilParked is the wait before an event's next transient retry: the
-// backoff's next delay, but no later than the moment the event will have
-// failed for ParkAfter, so that the attempt which parks it comes then and
-// not up to a whole capped backoff (BILLING_RETRY_BACKOFF_MAX) later. Every
-// record behind the event in its partition waits for that park to be
-// committed.
-func (h *Handler) untilParked(backoff retry.Backoff, b budget) time.Duration {
-	d, _ := backoff.Next()
-	if h.cfg.ParkAfter > 0 && b.spent < h.cfg.ParkAfter {
-		d = min(d, h.cfg.ParkAfter-b.spent)
-	}
-	return d
-}
-
-func sleep(ctx context.Context, b retry.Backoff) error {
-	d, _ := b.Next()
-	return sleepFor(ctx, d)
-}
-
-func sleepFor(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
