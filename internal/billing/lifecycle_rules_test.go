@@ -2,10 +2,12 @@ package billing
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/policy"
 )
 
 // modelRules are the service's decisions as the model asks them. Each
@@ -165,9 +167,10 @@ func decideBefore29(row Claim, found bool, ev events.OrderConfirmed, blockAfter 
 // productionRules are the rules of this code: decide, NextClaimStatus and
 // the operator's transition as they are, the statements' guards written
 // as functions (deferSQL, takeDeferredSQL, releaseSQL, claimSQL's ahead),
-// every sender checking the pause (SPEC §11 I4), an event behind a
-// blocked claim deferred at once (ErrHeld), and parking that keeps the
-// record in a deferred row waiting on its own claim.
+// every sender checking the pause (SPEC §11 I4), the failure policy
+// (policy.Decide: an event behind a blocked claim deferred at once), and
+// parking that keeps the record in a deferred row waiting on its own
+// claim.
 func productionRules() modelRules {
 	r := rulesBefore29()
 	r.name = "this code"
@@ -182,7 +185,7 @@ func productionRules() modelRules {
 	}
 	r.senderWaitsOnPause = func(int8) bool { return true }
 	r.completerWaitsOnPause = func() bool { return true }
-	r.policy = policy
+	r.policy = func(w world, i, by int8, err error) []action { return decidePolicy(w, i, by, err, r.mayDefer) }
 	r.parkKeeps = func(w *world, i int8) {
 		if w.ev[i].deferred == 0 {
 			w.ev[i].deferred = w.lastDeferred() + 1
@@ -191,11 +194,57 @@ func productionRules() modelRules {
 	return r
 }
 
-// policy is pipeline.go's handle (byConsumer) and deferred.go's decide
-// (byDecider): a held event is deferred at once.
-func policy(w world, i, by int8, err error) []action {
-	if by == byConsumer && errors.Is(err, ErrHeld) {
-		return []action{actDefer, actRetry}
+// modelPolicy is the failure policy's configuration in the model: its
+// figures only place the three moments below.
+var modelPolicy = policy.Config{MaxAttempts: 3, RetryBudget: 10 * time.Minute, ParkAfter: time.Minute}
+
+// decidePolicy asks policy.Decide, the pipeline's and the deciding loop's
+// one failure policy, what to do with err at three moments of the
+// event's life — its first failure, past ParkAfter, past the whole retry
+// budget — since the model has no clock: each answer is a step. A Park
+// or a Defer that the ledger refuses (mayDefer, parkable) is asked again
+// as failed, as the pipeline does.
+func decidePolicy(w world, i, by int8, err error, mayDefer func(world, int8) bool) []action {
+	asker := policy.Handler
+	if by == byDecider {
+		asker = policy.Decider
 	}
-	return policyBefore29(w, i, by, err)
+	base := policy.Failure{By: asker, Kind: fault.KindOf(err), Held: errors.Is(err, ErrHeld)}
+	past := base
+	past.Attempts, past.Spent, past.Waited = 1, modelPolicy.ParkAfter, modelPolicy.ParkAfter
+	spent := base
+	spent.Attempts, spent.Spent, spent.Waited = modelPolicy.MaxAttempts, modelPolicy.RetryBudget, modelPolicy.RetryBudget
+	var out []action
+	for _, f := range []policy.Failure{base, past, spent} {
+		a := policy.Decide(modelPolicy, f)
+		if a == policy.Park && !parkable(w, i) {
+			f.ParkFailed = true
+			a = policy.Decide(modelPolicy, f)
+		}
+		if a == policy.Defer && !mayDefer(w, i) {
+			f.DeferFailed = true
+			a = policy.Decide(modelPolicy, f)
+		}
+		if act := modelAction(a); !slices.Contains(out, act) {
+			out = append(out, act)
+		}
+	}
+	return out
+}
+
+// modelAction is the model's step for a policy action: waiting, stalling
+// and retrying are all a retry (the model has no clock), the deciding
+// loop's give-backs one give-back.
+func modelAction(a policy.Action) action {
+	switch {
+	case a.Reason() != "":
+		return actDeadLetter
+	case a == policy.Park:
+		return actPark
+	case a == policy.Defer:
+		return actDefer
+	case a == policy.GiveBack, a == policy.GiveBackAndStop, a == policy.GiveBackUnsent, a == policy.Leave:
+		return actGiveBack
+	}
+	return actRetry
 }
