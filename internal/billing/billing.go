@@ -134,6 +134,10 @@ type Config struct {
 	// charges again); it is a Conflict, and the completer blocks the claim.
 	// Zero means no limit.
 	ClaimBlockAfter time.Duration
+	// Sends says how every send of a claim's request is recorded before it
+	// leaves (SPEC §11 I5): the sender's deadline D and the provider's
+	// bound, and this replica's name.
+	Sends SendConfig
 }
 
 // Service processes events. It is safe for concurrent use; concurrent
@@ -147,6 +151,7 @@ type Service struct {
 	dbTimeout time.Duration
 	// claimBlockAfter is Config.ClaimBlockAfter.
 	claimBlockAfter time.Duration
+	sends           SendConfig
 }
 
 // New returns a Service, or an error naming what cfg lacks.
@@ -158,7 +163,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.DBTimeout = 10 * time.Second
 	}
 	return &Service{db: cfg.DB, charger: cfg.Charger, group: cfg.Group, now: cfg.Now,
-		logger: cfg.Logger, dbTimeout: cfg.DBTimeout, claimBlockAfter: cfg.ClaimBlockAfter}, nil
+		logger: cfg.Logger, dbTimeout: cfg.DBTimeout, claimBlockAfter: cfg.ClaimBlockAfter, sends: cfg.Sends.withDefaults()}, nil
 }
 
 // Process charges the order of ev at most once, ever.
