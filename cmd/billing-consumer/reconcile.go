@@ -20,11 +20,12 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 )
 
-// completer builds the ledger completer of the service and of reconcile.
-func completer(cfg config, pool *pgxpool.Pool, charger billing.Charger, logger *slog.Logger) *billing.Completer {
+// completer builds the ledger completer of the service and of reconcile;
+// its sends are recorded under sender, from host.
+func completer(cfg config, pool *pgxpool.Pool, charger billing.Charger, logger *slog.Logger, sender, host string) *billing.Completer {
 	return &billing.Completer{
 		Pool: pool, Charger: charger, After: cfg.CompleterAfter, BlockAfter: cfg.ClaimBlockAfter,
-		DBTimeout: cfg.DBTimeout, Now: time.Now, Logger: logger,
+		DBTimeout: cfg.DBTimeout, Now: time.Now, Logger: logger, Sends: cfg.sends(host), Sender: sender,
 	}
 }
 
@@ -73,7 +74,7 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := schemaCurrent(ctx, pool); err != nil {
 		return err
 	}
-	rep, err := completer(cfg, pool, charger, logger).RunOnce(ctx, billing.PassOptions{OlderThan: *olderThan, DryRun: *dryRun, ListBlocked: true})
+	rep, err := completer(cfg, pool, charger, logger, billing.SenderReconcile, hostname()).RunOnce(ctx, billing.PassOptions{OlderThan: *olderThan, DryRun: *dryRun, ListBlocked: true})
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
