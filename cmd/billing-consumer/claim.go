@@ -200,9 +200,9 @@ func printSends(w io.Writer, sends []billing.Send) {
 	}
 	fmt.Fprintln(w, "sends:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  SENT AT\tIN FLIGHT UNTIL\tSENDER\tHOST")
+	fmt.Fprintln(tw, "  SENT AT\tIN FLIGHT UNTIL\tEVENT\tSENDER\tHOST")
 	for _, s := range sends {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", stamp(s.SentAt), stamp(s.InFlightUntil), s.SenderLabel(), s.Host)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", stamp(s.SentAt), stamp(s.InFlightUntil), s.EventID, s.SenderLabel(), s.Host)
 	}
 	_ = tw.Flush()
 }

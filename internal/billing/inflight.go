@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -85,8 +86,11 @@ type Send struct {
 	// have moved the claim's deadline on: only the latest is kept).
 	Sender    string
 	FirstSend bool
-	Host      string
-	SentAt    time.Time
+	// EventID is the event whose request was sent (its idempotency key):
+	// after a release, the sends of the order's earlier claims stay.
+	EventID uuid.UUID
+	Host    string
+	SentAt  time.Time
 	// InFlightUntil is the send's deadline: nothing was sent after it.
 	InFlightUntil time.Time
 }
@@ -96,13 +100,13 @@ type Send struct {
 // when the order has none), then every other recorded send, also those
 // of claims since released. It changes nothing.
 func ClaimSends(ctx context.Context, pool *pgxpool.Pool, order int64, cl *OperatorClaim) ([]Send, error) {
-	rows, err := pool.Query(ctx, `SELECT sender, host, sent_at, in_flight_until FROM claim_send WHERE order_id = $1 ORDER BY id`, order)
+	rows, err := pool.Query(ctx, `SELECT sender, event_id, host, sent_at, in_flight_until FROM claim_send WHERE order_id = $1 ORDER BY id`, order)
 	if err != nil {
 		return nil, fmt.Errorf("read the sends of order %d: %w", order, err)
 	}
 	later, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Send, error) {
 		var s Send
-		err := r.Scan(&s.Sender, &s.Host, &s.SentAt, &s.InFlightUntil)
+		err := r.Scan(&s.Sender, &s.EventID, &s.Host, &s.SentAt, &s.InFlightUntil)
 		return s, err
 	})
 	if err != nil {
@@ -111,17 +115,18 @@ func ClaimSends(ctx context.Context, pool *pgxpool.Pool, order int64, cl *Operat
 	if cl == nil || cl.ClaimedBy == "" {
 		return later, nil
 	}
-	first := Send{Sender: SenderCreator, FirstSend: true, Host: cl.ClaimedBy, SentAt: cl.ClaimedAt}
-	if !hasLaterSend(later, cl.ClaimedAt) {
+	first := Send{Sender: SenderCreator, FirstSend: true, EventID: cl.EventID, Host: cl.ClaimedBy, SentAt: cl.ClaimedAt}
+	if !hasLaterSend(later, cl) {
 		first.InFlightUntil = cl.InFlightUntil
 	}
 	return append([]Send{first}, later...), nil
 }
 
-// hasLaterSend reports whether a send of sends was made after since.
-func hasLaterSend(sends []Send, since time.Time) bool {
+// hasLaterSend reports whether one of sends is a later send of cl's
+// request: then cl's in_flight_until is that send's, not the first's.
+func hasLaterSend(sends []Send, cl *OperatorClaim) bool {
 	for _, s := range sends {
-		if !s.SentAt.Before(since) {
+		if s.EventID == cl.EventID && !s.SentAt.Before(cl.ClaimedAt) {
 			return true
 		}
 	}
