@@ -253,6 +253,11 @@ func (f *fastClient) charge(c *Client, ctx context.Context, ch Charge, deadline 
 		}
 	}
 	defer call.release()
+	if d, ok := ctx.Deadline(); ok && call.err != nil && !d.After(deadline) && !time.Now().Before(d) {
+		// The caller's deadline cut the request (Charge made it the
+		// request's): its context ends at once, and the error says so.
+		<-ctx.Done()
+	}
 	res, code, err := f.answer(c, ctx, call.resp, call.err, deadline)
 	var pe *Error
 	if errors.As(err, &pe) {
