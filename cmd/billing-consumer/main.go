@@ -245,8 +245,9 @@ Usage:
                                                   an operator's decision on one ledger claim: release a blocked
                                                   one (--provider-holds-no-charge) or mark one charged; each change
                                                   written to the claim_audit table; -h for details
-  billing-consumer pause --reason TEXT            every replica of the consumer group stops fetching (stays in the
-                                                  group, finishes what is in flight) until resume; kept in Postgres
+  billing-consumer pause --reason TEXT            every replica of the consumer group stops fetching and sending
+                                                  (stays in the group, finishes the requests in flight) until
+                                                  resume; reconcile refuses meanwhile; kept in Postgres
   billing-consumer resume                         end the pause
   billing-consumer help                           this text
   billing-consumer version                        version, commit and Go version

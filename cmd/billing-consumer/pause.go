@@ -35,7 +35,8 @@ func pauseCommand(ctx context.Context, command string, args []string, stdout, st
 			fmt.Fprintf(stdout, "Usage: billing-consumer "+synopsis+"\n\n"+
 				"  billing-consumer pause --reason TEXT [--operator NAME]\n  billing-consumer resume [--operator NAME]\n\n"+
 				"pause stops billing on every replica of the consumer group (BILLING_KAFKA_GROUP_ID) within %s: they stay in the\n"+
-				"group, fetch and start nothing, finish and commit what is in flight; /readyz says so and billing_paused is 1.\n"+
+				"group, fetch nothing and send no request (the retries of records in hand, the completer, the deferred decisions\n"+
+				"and reconcile all wait), and finish the requests in flight; /readyz says so and billing_paused is 1.\n"+
 				"Kept in Postgres: it survives restarts and rollouts until resume.\n\nFlags:\n", pauseInterval)
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
@@ -70,7 +71,7 @@ func pauseOn(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, stdou
 			return schemaHint(err)
 		}
 		logger.Info("billing paused", "group", group, "reason", s.Reason, "operator", who, "host", host)
-		fmt.Fprintf(stdout, "billing paused for consumer group %s since %s by %s: %s\nevery replica stops fetching within %s; resume with billing-consumer resume\n",
+		fmt.Fprintf(stdout, "billing paused for consumer group %s since %s by %s: %s\nevery replica stops fetching and sending within %s; resume with billing-consumer resume\n",
 			group, s.Since.UTC().Format(time.RFC3339), s.Operator, s.Reason, pauseInterval)
 		return nil
 	}
@@ -114,9 +115,9 @@ func (s *service) pauseDetail() string {
 	st, known := s.pause.State()
 	switch {
 	case !known:
-		return "pause state not read yet: fetching nothing"
+		return "pause state not read yet: fetching and sending nothing"
 	case st.Paused:
-		return fmt.Sprintf("paused by %s since %s (%s): %s; fetching nothing until billing-consumer resume",
+		return fmt.Sprintf("paused by %s since %s (%s): %s; fetching and sending nothing until billing-consumer resume",
 			st.Operator, st.Since.UTC().Format(time.RFC3339), st.For.Round(time.Second), st.Reason)
 	}
 	return ""

@@ -17,15 +17,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
+	"github.com/billing-consumer/billing-consumer/internal/pause"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 )
 
 // completer builds the ledger completer of the service and of reconcile;
-// its sends are recorded under sender, from host.
-func completer(cfg config, pool *pgxpool.Pool, charger billing.Charger, logger *slog.Logger, sender, host string) *billing.Completer {
+// its sends are recorded under sender, from host; paused is its check of
+// an operator's pause (billing.Completer.Paused).
+func completer(cfg config, pool *pgxpool.Pool, charger billing.Charger, logger *slog.Logger, sender, host string, paused func() bool) *billing.Completer {
 	return &billing.Completer{
 		Pool: pool, Charger: charger, After: cfg.CompleterAfter, BlockAfter: cfg.ClaimBlockAfter,
-		DBTimeout: cfg.DBTimeout, Now: time.Now, Logger: logger, Sends: cfg.sends(host), Sender: sender,
+		DBTimeout: cfg.DBTimeout, Now: time.Now, Logger: logger, Sends: cfg.sends(host), Sender: sender, Paused: paused,
 	}
 }
 
@@ -33,7 +35,8 @@ func completer(cfg config, pool *pgxpool.Pool, charger billing.Charger, logger *
 // [--dry-run]`: one completer pass, whatever the other replicas do (it
 // waits for none: the advisory lock makes it skip when a running service
 // is settling at that moment, and it says so), then a table of what it
-// did and of the claims still unsettled. A dry run reads the ledger only:
+// did and of the claims still unsettled. While billing is paused it sends
+// nothing (reconcilePause) and fails, naming billing-consumer resume. A dry run reads the ledger only:
 // it needs no provider (BILLING_PAYMENT_URL) and sends nothing. A failed
 // pass prints no table, only its error.
 func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -74,12 +77,49 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := schemaCurrent(ctx, pool); err != nil {
 		return err
 	}
-	rep, err := completer(cfg, pool, charger, logger, billing.SenderReconcile, hostname()).RunOnce(ctx, billing.PassOptions{OlderThan: *olderThan, DryRun: *dryRun, ListBlocked: true})
+	paused := &reconcilePause{ctx: ctx, pool: pool, group: cfg.KafkaGroupID, timeout: cfg.DBTimeout}
+	rep, err := completer(cfg, pool, charger, logger, billing.SenderReconcile, hostname(), paused.paused).RunOnce(ctx, billing.PassOptions{OlderThan: *olderThan, DryRun: *dryRun, ListBlocked: true})
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	printReconcile(stdout, rep, *dryRun)
+	if rep.Paused {
+		return fmt.Errorf("reconcile: %s: stopped before its next request, nothing re-sent after it; end the pause with billing-consumer resume, then run reconcile again",
+			paused.why())
+	}
 	return nil
+}
+
+// reconcilePause is reconcile's check of an operator's pause (SPEC §11
+// I4): it has no pause.Watcher, so before each claim and each request it
+// reads the group's billing_pause row itself. A pause set while reconcile
+// runs stops it before its next request, as it stops the service's
+// completer; a read that fails counts as paused: reconcile sends only
+// while it knows that billing is not paused. A dry run sends nothing and
+// never asks.
+type reconcilePause struct {
+	ctx     context.Context
+	pool    *pgxpool.Pool
+	group   string
+	timeout time.Duration
+	state   pause.State // the last read
+	err     error       // the last read's failure
+}
+
+func (p *reconcilePause) paused() bool {
+	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
+	defer cancel()
+	p.state, p.err = pause.Get(ctx, p.pool, p.group)
+	return p.err != nil || p.state.Paused
+}
+
+// why says what stopped reconcile: the pause, or the failed read of it.
+func (p *reconcilePause) why() string {
+	if p.err != nil {
+		return fmt.Sprintf("cannot tell whether billing is paused (%v)", p.err)
+	}
+	return fmt.Sprintf("billing is paused for consumer group %s since %s by %s: %s", p.group,
+		p.state.Since.UTC().Format(time.RFC3339), p.state.Operator, p.state.Reason)
 }
 
 // reconcileCharger is the provider's client, or for a dry run a charger

@@ -71,9 +71,9 @@ func (s *service) loops() []loop {
 		{"group assignment", false, func(ctx context.Context) { s.group.run(ctx, cfg.KafkaLagInterval) }},
 		{"schema guard", false, func(ctx context.Context) { s.guard.run(ctx, migrations.HeartbeatInterval, s.logger.Warn) }},
 		{"ledger completer", true, func(ctx context.Context) {
-			completer(cfg, s.pool, s.payer.ForBilling(), s.logger, billing.SenderCompleter, s.replica).Run(ctx, cfg.CompleterInterval, s.completerPass)
+			completer(cfg, s.pool, s.payer.ForBilling(), s.logger, billing.SenderCompleter, s.replica, s.paused).Run(ctx, cfg.CompleterInterval, s.completerPass)
 		}},
-		{"deferred decisions", true, func(ctx context.Context) { s.handler.RunDeferred(ctx, time.Second, s.paused) }},
+		{"deferred decisions", true, func(ctx context.Context) { s.handler.RunDeferred(ctx, time.Second) }},
 		{"pause watch", false, s.pause.Run},
 		{"dlq backlog", false, func(ctx context.Context) {
 			dlq.WatchBacklog(ctx, client, cfg.KafkaDLQTopic, cfg.dlqReplayGroup(), cfg.DLQBacklogInterval, s.logger,
@@ -225,8 +225,16 @@ func (s *service) completerPass(rep billing.PassReport) {
 	s.m.ParkedEvents.Set(float64(u.Parked + u.Deferred))
 }
 
-// paused reports whether an operator's pause is in force (as last read).
+// paused reports whether billing is paused: an operator's pause is in
+// force as last read, or the pause has not been read yet (the consumer's
+// Gate is closed then too). Every sender checks it (SPEC §11 I4): the
+// completer and the billing service directly, the pipeline and its
+// deciding loop through the Gate.
 func (s *service) paused() bool {
-	st, _ := s.pause.State()
-	return st.Paused
+	select {
+	case <-s.pause.Gate():
+		return false
+	default:
+		return true
+	}
 }

@@ -142,7 +142,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 
 	s.payer = payer
 	svc, err := billing.New(billing.Config{DB: s.pool, Charger: payer.ForBilling(), Group: cfg.KafkaGroupID,
-		Now: time.Now, Logger: s.logger, DBTimeout: cfg.DBTimeout, ClaimBlockAfter: cfg.ClaimBlockAfter, Sends: cfg.sends(id)})
+		Now: time.Now, Logger: s.logger, DBTimeout: cfg.DBTimeout, ClaimBlockAfter: cfg.ClaimBlockAfter, Sends: cfg.sends(id), Paused: s.paused})
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		MaxAttempts: cfg.MaxAttempts, OutageThreshold: cfg.OutageThreshold,
 		RetryBudget: cfg.RetryBudget, OutageAfter: cfg.OutageAfter, ParkAfter: cfg.ParkAfter, Parker: svc, Deferrer: svc,
 		BackoffBase: cfg.RetryBackoff, BackoffMax: cfg.RetryBackoffMax,
-		Tracer: tracer, Propagator: propagator,
+		Tracer: tracer, Propagator: propagator, Gate: s.pause.Gate,
 	}); err != nil {
 		return nil, err
 	}

@@ -10,8 +10,10 @@
 //     with the customer and canonical amount that rebuild the exact
 //     request. If the order already has a row, decide says what that
 //     means: Duplicate, DuplicateOrder, a Conflict, the event's own
-//     pending claim (charge again, same key), or Busy (another event's
-//     charge is unsettled: wait). Nothing else can charge a claimed order.
+//     pending claim (charge again, same key), Busy (another event's
+//     charge is unsettled: wait), or held (a blocked claim, the event's own
+//     or another's: deferred until an operator decides it, held.go).
+//     Nothing else can charge a claimed order.
 //  2. The charge (charge.go). An attempt that did not create the claim
 //     first records that it sends (charge.others_sent_at, committed on its
 //     own), so that the creator can no longer release the claim under a
@@ -131,13 +133,18 @@ type Config struct {
 	// ClaimBlockAfter is BILLING_CLAIM_BLOCK_AFTER, the Completer's
 	// BlockAfter: an event never re-sends its own pending claim older than
 	// this (the provider may have forgotten the key, and a forgotten key
-	// charges again); it is a Conflict, and the completer blocks the claim.
+	// charges again): it blocks the claim and is held behind it (ErrHeld).
 	// Zero means no limit.
 	ClaimBlockAfter time.Duration
 	// Sends says how every send of a claim's request is recorded before it
 	// leaves (SPEC §11 I5): the sender's deadline D and the provider's
 	// bound, and this replica's name.
 	Sends SendConfig
+	// Paused reports whether an operator's pause is in force (SPEC §11
+	// I4); nil means never paused. Process consults it before it claims
+	// and again right before the requests leave, and answers ErrPaused
+	// when it says paused (see pause.go). Safe for concurrent calls.
+	Paused func() bool
 }
 
 // Service processes events. It is safe for concurrent use; concurrent
@@ -152,6 +159,8 @@ type Service struct {
 	// claimBlockAfter is Config.ClaimBlockAfter.
 	claimBlockAfter time.Duration
 	sends           SendConfig
+	// pausedFn is Config.Paused.
+	pausedFn func() bool
 }
 
 // New returns a Service, or an error naming what cfg lacks.
@@ -163,21 +172,27 @@ func New(cfg Config) (*Service, error) {
 		cfg.DBTimeout = 10 * time.Second
 	}
 	return &Service{db: cfg.DB, charger: cfg.Charger, group: cfg.Group, now: cfg.Now,
-		logger: cfg.Logger, dbTimeout: cfg.DBTimeout, claimBlockAfter: cfg.ClaimBlockAfter, sends: cfg.Sends.withDefaults()}, nil
+		logger: cfg.Logger, dbTimeout: cfg.DBTimeout, claimBlockAfter: cfg.ClaimBlockAfter, sends: cfg.Sends.withDefaults(), pausedFn: cfg.Paused}, nil
 }
 
 // Process charges the order of ev at most once, ever.
 //
 // A nil error comes with Charged, Duplicate or DuplicateOrder. Errors carry
 // a fault.Kind:
-//   - Conflict: the order belongs to another event with other parameters,
-//     ev's event_id claimed another order or a different body, the claim
-//     is blocked, ev's own pending claim is older than ClaimBlockAfter
-//     (not re-sent), or the provider answered 422;
+//   - Conflict: the order was charged by another event with other
+//     parameters, ev's event_id claimed another order or a different
+//     body, or the provider answered 422;
 //   - Permanent: the provider refused the charge;
-//   - Busy: another event's claim on the order is unsettled; retry later;
+//   - Busy: another event's claim on the order is unsettled; retry later.
+//     With ErrHeld in its chain: the order's claim, ev's own or another
+//     event's, is blocked (ev's own pending claim older than
+//     ClaimBlockAfter is blocked now, not re-sent): an operator decides,
+//     so defer ev (Defer) rather than wait;
 //   - Systemic: credentials rejected, database unreachable;
 //   - Transient: the outcome is unknown or the database failed; retry.
+//
+// ErrPaused (Busy) says that an operator's pause stopped it before any
+// request was sent (Config.Paused).
 //
 // After an error the event is not marked processed, so it can be retried
 // or dead-lettered; its order's claim stays as SPEC §6 requires.

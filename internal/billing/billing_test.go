@@ -362,9 +362,11 @@ func TestKeyReusedWithOtherParametersIsConflict(t *testing.T) {
 	if st := e.status(t, 1009); st != "blocked" || e.processedRows(t, ev.EventID) != 0 {
 		t.Fatalf("after a 422: ledger status %q, processed rows %d; want blocked, 0", st, e.processedRows(t, ev.EventID))
 	}
-	// Another event for the order is a conflict at once, not a wait.
-	if _, err := e.svc.Process(context.Background(), event(1009, 100)); !fault.Is(err, fault.Conflict) {
-		t.Fatalf("another event for a blocked order = %v; want conflict", err)
+	// Another event for the order is held behind the blocked claim (the
+	// pipeline defers it at once), decided with the operator's decision:
+	// not a conflict, whose runbook never replays it (SPEC §11, I3).
+	if _, err := e.svc.Process(context.Background(), event(1009, 100)); !fault.Is(err, fault.Busy) || !errors.Is(err, billing.ErrHeld) {
+		t.Fatalf("another event for a blocked order = %v; want held (busy, ErrHeld)", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package billing_test
 
 import (
 	"context"
+	"errors"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -55,7 +56,9 @@ func TestCompleterDoesNotResendPastBlockAfter(t *testing.T) {
 // The same for the event's own redelivery: a day after its first attempt
 // was charged with the answer lost (the service was down, or the
 // credentials rejected for that long), the event comes back. Its claim is
-// older than BILLING_CLAIM_BLOCK_AFTER: the request must not be re-sent.
+// older than BILLING_CLAIM_BLOCK_AFTER: the request must not be re-sent,
+// and the event is held behind its own claim, now blocked (defect 7 of
+// issue 29: it was a conflict, dead-lettered, and lost after a release).
 func TestRedeliveryDoesNotResendAClaimPastBlockAfter(t *testing.T) {
 	forEachBiller(t, func(t *testing.T, k billerKind) {
 		e := newEnv(t, "secret-token")
@@ -82,8 +85,17 @@ func TestRedeliveryDoesNotResendAClaimPastBlockAfter(t *testing.T) {
 		if n := e.sim.ChargesFor(8104) + forgetful.ChargesFor(8104); n != 1 {
 			t.Fatalf("the provider took %d charges for order 8104, want 1: the redelivery re-sent a key older than the block-after limit", n)
 		}
-		if !fault.Is(err, fault.Conflict) {
-			t.Fatalf("redelivery: %v; want conflict (an operator decides)", err)
+		// Held behind its own claim, now blocked: deferred and decided with
+		// the claim after the operator's decision, never a conflict (SPEC
+		// §11, I3); a later redelivery finds the claim blocked: held again.
+		if !fault.Is(err, fault.Busy) || !errors.Is(err, billing.ErrHeld) {
+			t.Fatalf("redelivery: %v; want held (busy, ErrHeld): an operator decides", err)
+		}
+		if st := e.status(t, 8104); st != "blocked" {
+			t.Fatalf("claim %q; want blocked", st)
+		}
+		if _, err := e.billerOf(t, k, later).Process(context.Background(), ev); !fault.Is(err, fault.Busy) || !errors.Is(err, billing.ErrHeld) {
+			t.Fatalf("redelivery behind its own blocked claim: %v; want held", err)
 		}
 	})
 }

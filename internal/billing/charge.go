@@ -87,6 +87,10 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 	if err != nil {
 		return nil, err
 	}
+	if s.paused() { // where the requests leave (pause.go); the transaction rolls back
+		pausedAt(evs, send, out)
+		return out, nil
+	}
 	s.sendAll(ctx, evs, send, deadline, out, pool)
 
 	var charged, failed []int

@@ -39,6 +39,8 @@ const completerLockKey int64 = 0x636f6d706c657465
 //	(claim older than        blocked without a re-send: the provider may
 //	BlockAfter)              have forgotten the key
 //	401, 403, certificate    the pass stops: nothing can be settled now
+//	(an operator's pause)    the pass stops before the claim, or right
+//	                         before its request: nothing sent or changed
 //
 // A blocked claim is never released automatically: an operator decides.
 // Several replicas may run a Completer: an advisory lock lets one of them
@@ -79,6 +81,15 @@ type Completer struct {
 	// never this one (SPEC §10).
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Paused reports whether an operator's pause is in force (SPEC §11
+	// I4); nil means never paused. A pass consults it before each claim
+	// it would change and again right before each request leaves; once it
+	// says paused, the pass sends and changes nothing more and reports
+	// PassReport.Paused (its counts are still read). Claims are not
+	// blocked during a pause either: blocking sends nothing, but the pause
+	// is an operator's word that the ledger stands still. It is called
+	// from the pass's goroutine, once or twice per claim.
+	Paused func() bool
 }
 
 // Unsettled counts the ledger claims that are not charged.
@@ -89,7 +100,10 @@ type Unsettled struct {
 	// them.
 	Parked int
 	// Deferred counts the deferred events (deferred_event, every group):
-	// their records were committed, their decisions wait (SPEC §10).
+	// their records were committed, their decisions wait (SPEC §10). A
+	// parked event's own row (park.go) is left out while its claim is
+	// pending and parked, counted in Parked: Parked + Deferred counts each
+	// waiting event once.
 	Deferred int
 	// OldestPending is the age of the oldest pending claim, 0 without one.
 	OldestPending time.Duration
@@ -110,6 +124,9 @@ type Settled struct {
 type PassReport struct {
 	// Skipped is true when another process held the completer's lock.
 	Skipped bool
+	// Paused is true when the pass stopped at an operator's pause
+	// (Completer.Paused): Settled holds what it did before.
+	Paused  bool
 	Settled []Settled
 	// Blocked are the blocked claims (the oldest 100), each with the
 	// completer's last word on it, for an operator; only with
@@ -143,7 +160,9 @@ WHERE status = 'pending' AND (claimed_at < now() - $1 * interval '1 millisecond'
 ORDER BY claimed_at LIMIT $2`
 	unsettledSQL = `SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'blocked'),
 count(*) FILTER (WHERE status = 'pending' AND parked_at IS NOT NULL),
-coalesce(max(` + ageColumn + `) FILTER (WHERE status = 'pending'), 0), (SELECT count(*) FROM deferred_event)
+coalesce(max(` + ageColumn + `) FILTER (WHERE status = 'pending'), 0),
+(SELECT count(*) FROM deferred_event d WHERE NOT EXISTS (SELECT 1 FROM charge p WHERE p.order_id = d.order_id AND p.event_id = d.event_id
+  AND p.status = 'pending' AND p.parked_at IS NOT NULL))
 FROM charge WHERE status <> 'charged'`
 	blockedSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, coalesce(last_error, '') FROM charge
 WHERE status = 'blocked' ORDER BY claimed_at LIMIT 100`
@@ -175,6 +194,9 @@ func (c *Completer) RunOnce(ctx context.Context, opt PassOptions) (PassReport, e
 	}
 	if !rep.Skipped {
 		rep.Settled, err = c.settleStale(ctx, conn, opt)
+		if errors.Is(err, ErrPaused) {
+			rep.Paused, err = true, nil
+		}
 	}
 	var uerr, berr error
 	rep.Unsettled, uerr = c.count(ctx, conn)

@@ -2,6 +2,7 @@ package billing_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -107,9 +108,10 @@ func TestCompleterBlocksWhatItCannotSettle(t *testing.T) {
 	if n := e.sim.ChargesFor(9102) + e.sim.ChargesFor(9103) + e.sim.ChargesFor(9104); n != 0 {
 		t.Errorf("the provider took %d charges for orders it never charged", n)
 	}
-	// Another event for a blocked order is a conflict at once.
-	if _, err := e.svc.Process(context.Background(), event(9102, 200)); !fault.Is(err, fault.Conflict) {
-		t.Errorf("another event for a blocked order: %v; want conflict", err)
+	// Another event for a blocked order is held behind the claim, decided
+	// with the operator's decision (SPEC §11, I3), not a conflict.
+	if _, err := e.svc.Process(context.Background(), event(9102, 200)); !fault.Is(err, fault.Busy) || !errors.Is(err, billing.ErrHeld) {
+		t.Errorf("another event for a blocked order: %v; want held (busy, ErrHeld)", err)
 	}
 }
 

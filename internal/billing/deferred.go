@@ -3,7 +3,9 @@ package billing
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -11,16 +13,21 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/events"
 )
 
-// Deferred decisions (SPEC §10): an event that waits on another event's
-// unsettled claim on its order (Process answers fault.Busy) must not hold
-// its partition either. After BILLING_PARK_AFTER of waiting the pipeline
-// defers it: Defer stores its record, exactly as consumed, in
-// deferred_event (migration 00008), and the record is committed. Once the
-// claim it waits on is no longer pending, the deciding loop takes the row
+// Deferred decisions (SPEC §10, §11): an event that waits on another
+// event's unsettled claim on its order (Process answers fault.Busy) must
+// not hold its partition either. After BILLING_PARK_AFTER of waiting the
+// pipeline defers it — at once when the claim is blocked, its own or
+// another event's (ErrHeld): only an operator's decision settles that —
+// and a parked event keeps its record in a row waiting on its own claim
+// (park.go). Defer stores its record, exactly as consumed, in
+// deferred_event (migrations 00008 and 00009: its header keys as bytes), and the record is committed. Once the
+// claim it waits on is settled (charged, released; a blocked claim by the
+// operator), the deciding loop takes the row
 // up (TakeDeferred), decides the event through Process exactly as a
 // redelivery would be decided — Duplicate, DuplicateOrder, a Conflict to
 // dead-letter from the stored bytes, or its own charge if the claim was
-// released — and deletes the row (FinishDeferred) only after that
+// released (a definite refusal of that charge then dead-letters it
+// `permanent`) — and deletes the row (FinishDeferred) only after that
 // decision is durable. A crash before the delete decides the event again:
 // the ledger and processed_event make the second decision a Duplicate, so
 // nothing is charged twice; a dead-letter record may be written twice (at
@@ -38,10 +45,32 @@ type Record struct {
 	Time      time.Time
 }
 
-// Header is one record header.
+// Header is one record header. Key is the key's bytes as kafka-go hands
+// them over, not necessarily UTF-8 (Kafka's own clients write Java strings,
+// but any producer may write any bytes): Defer keeps them exactly, for the
+// dead letter written from the stored record.
 type Header struct {
 	Key   string
 	Value []byte
+}
+
+// headerColumns are r's headers as deferred_event's columns: header_keys
+// (text[], see textKeys), header_key_bytes (the keys' exact bytes) and
+// header_values.
+func (r Record) headerColumns() (texts []string, keys, values [][]byte) {
+	keys, values = make([][]byte, len(r.Headers)), make([][]byte, len(r.Headers))
+	for i, h := range r.Headers {
+		keys[i], values[i] = []byte(h.Key), h.Value
+	}
+	return textKeys(r.Headers), keys, values
+}
+
+// timeColumn is r's time as deferred_event's record_time: NULL when unset.
+func (r Record) timeColumn() *time.Time {
+	if r.Time.IsZero() {
+		return nil
+	}
+	return &r.Time
 }
 
 // Deferred is a deferred event: a row of deferred_event.
@@ -74,7 +103,9 @@ func ahead(group, order, event string) string { return fmt.Sprintf(aheadSQL, gro
 var (
 	// deferSQL stores ev's record only while its order is held for
 	// another event — that event's claim pending or blocked, or that
-	// event deferred before — and answers true also when the same record
+	// event deferred before — or by ev's own blocked claim (SPEC §11, I3:
+	// ev is decided with the operator's decision; waits_for is then ev
+	// itself), and answers true also when the same record
 	// (topic, partition, offset, event and bytes) was deferred before: a
 	// redelivery of a deferred record is committed as deferred, never
 	// stored twice. Other bytes at the same place are not stored (false:
@@ -82,27 +113,34 @@ var (
 	// sees the rows as they were before the INSERT.
 	deferSQL = `WITH ins AS (
   INSERT INTO deferred_event (consumer_group, event_id, order_id, waits_for, topic, kafka_partition, kafka_offset,
-    record_key, record_value, header_keys, header_values, record_time)
-  SELECT $1, $2, $3, w.event_id, $4, $5, $6, $7, $8, $9, $10, $11 FROM (
-    SELECT c.event_id FROM charge c WHERE c.order_id = $3 AND c.status IN ('pending', 'blocked') AND c.event_id <> $2
+    record_key, record_value, header_keys, header_values, record_time, header_key_bytes)
+  SELECT $1, $2, $3, w.event_id, $4, $5, $6, $7, $8, $9, $10, $11, $12 FROM (
+    SELECT c.event_id FROM charge c WHERE c.order_id = $3
+      AND (c.status IN ('pending', 'blocked') AND c.event_id <> $2 OR c.status = 'blocked' AND c.event_id = $2)
     UNION ALL (` + ahead("$1", "$3", "$2") + `)
     LIMIT 1) w
   ON CONFLICT (consumer_group, topic, kafka_partition, kafka_offset, event_id) DO NOTHING RETURNING 1)
 SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM deferred_event WHERE consumer_group = $1 AND topic = $4
   AND kafka_partition = $5 AND kafka_offset = $6 AND event_id = $2 AND record_value = $8)`
 	// takeDeferredSQL leases, for $2 milliseconds, one of the group's due
-	// rows whose order is held neither by another event's unsettled claim
-	// (pending, or blocked: that waits for an operator) nor by a row
-	// deferred before it; SKIP LOCKED keeps two replicas from taking it.
+	// rows whose order is held neither by an unsettled claim — another
+	// event's, pending or blocked; the row's own event's, blocked (that
+	// waits for an operator) or parked (the completer owns it) — nor by a
+	// row deferred before it; SKIP LOCKED keeps two replicas from taking
+	// it. A row whose own claim is pending and not parked is taken: that
+	// claim is the row's own earlier decision whose outcome stayed
+	// unknown, and its decision re-sends it as a redelivery would.
 	takeDeferredSQL = `UPDATE deferred_event d SET next_try_at = now() + $2 * interval '1 millisecond', attempts = d.attempts + 1
 FROM (SELECT x.seq FROM deferred_event x
   WHERE x.consumer_group = $1 AND x.next_try_at <= now()
-  AND NOT EXISTS (SELECT 1 FROM charge c WHERE c.order_id = x.order_id AND c.status IN ('pending', 'blocked') AND c.event_id <> x.event_id)
+  AND NOT EXISTS (SELECT 1 FROM charge c WHERE c.order_id = x.order_id AND (c.status = 'blocked'
+    OR c.status = 'pending' AND (c.event_id <> x.event_id OR c.parked_at IS NOT NULL)))
   AND NOT EXISTS (SELECT 1 FROM deferred_event e WHERE e.consumer_group = x.consumer_group AND e.order_id = x.order_id AND e.seq < x.seq)
   ORDER BY x.next_try_at LIMIT 1 FOR UPDATE OF x SKIP LOCKED) t
 WHERE d.seq = t.seq
 RETURNING d.seq, d.event_id, d.order_id, d.waits_for, d.topic, d.kafka_partition, d.kafka_offset, d.record_key, d.record_value,
-  d.header_keys, d.header_values, d.record_time, (extract(epoch FROM now() - d.deferred_at) * 1000000)::bigint, d.attempts`
+  d.header_keys, d.header_values, d.record_time, (extract(epoch FROM now() - d.deferred_at) * 1000000)::bigint, d.attempts,
+  d.header_key_bytes`
 )
 
 // heldSQL returns, for each order and event given, the event deferred
@@ -121,21 +159,15 @@ WHERE seq = $1 AND attempts = $2`
 
 // Defer stores ev's record rec for a later decision. It returns true when
 // the record is stored (now or by an earlier delivery of the same bytes):
-// the caller may commit it. False means no other event's claim holds ev's
-// order any more: the caller processes ev again, which decides it now.
+// the caller may commit it. False means neither another event's claim nor
+// ev's own blocked claim holds ev's order any more: the caller processes
+// ev again, which decides it now.
 func (s *Service) Defer(ctx context.Context, ev events.OrderConfirmed, rec Record) (bool, error) {
-	keys, values := make([]string, len(rec.Headers)), make([][]byte, len(rec.Headers))
-	for i, h := range rec.Headers {
-		keys[i], values[i] = h.Key, h.Value
-	}
-	var at *time.Time
-	if !rec.Time.IsZero() {
-		at = &rec.Time
-	}
+	texts, keys, values := rec.headerColumns()
 	dctx, cancel := s.live(ctx)
 	defer cancel()
 	rows, err := s.db.Query(dctx, deferSQL, s.group, [16]byte(ev.EventID), ev.OrderID, rec.Topic, rec.Partition, rec.Offset,
-		rec.Key, rec.Value, keys, values, at)
+		rec.Key, rec.Value, texts, values, rec.timeColumn(), keys)
 	var stored bool
 	if err == nil {
 		stored, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
@@ -147,8 +179,8 @@ func (s *Service) Defer(ctx context.Context, ev events.OrderConfirmed, rec Recor
 }
 
 // TakeDeferred leases one deferred event that is due and whose order is
-// held neither by another event's unsettled claim nor by an event deferred
-// before it, or returns false: no other replica takes it for lease, which
+// held neither by an unsettled claim (another event's, or its own blocked
+// or parked one) nor by an event deferred before it, or returns false: no other replica takes it for lease, which
 // must outlast its decision. A row whose decision crashed is taken up
 // again once its lease ends.
 func (s *Service) TakeDeferred(ctx context.Context, lease time.Duration) (Deferred, bool, error) {
@@ -165,22 +197,46 @@ func (s *Service) TakeDeferred(ctx context.Context, lease time.Duration) (Deferr
 	return out[0], true, nil
 }
 
+// textKeys is what Defer writes to header_keys (text[]) beside the keys'
+// bytes (header_key_bytes, migration 00009), for a binary of level 8 to
+// read: the keys, when every one is text Postgres can hold (UTF-8 without
+// a NUL byte), else none, which that binary refuses to decide (its keys
+// and values differ in number) and leaves to this one.
+func textKeys(hs []Header) []string {
+	keys := make([]string, 0, len(hs))
+	for _, h := range hs {
+		if !utf8.ValidString(h.Key) || strings.IndexByte(h.Key, 0) >= 0 {
+			return []string{}
+		}
+		keys = append(keys, h.Key)
+	}
+	return keys
+}
+
+// scanDeferred reads a row of takeDeferredSQL. The header keys are
+// header_key_bytes; a row written by a binary of level 8 (or before
+// migration 00009) has none, and its text keys are its keys.
 func scanDeferred(row pgx.CollectableRow) (Deferred, error) {
 	var d Deferred
-	var keys []string
-	var values [][]byte
+	var texts []string
+	var keys, values [][]byte
 	var at *time.Time
 	var age int64
 	err := row.Scan(&d.Seq, (*[16]byte)(&d.EventID), &d.OrderID, (*[16]byte)(&d.WaitsFor), &d.Record.Topic, &d.Record.Partition,
-		&d.Record.Offset, &d.Record.Key, &d.Record.Value, &keys, &values, &at, &age, &d.Attempts)
+		&d.Record.Offset, &d.Record.Key, &d.Record.Value, &texts, &values, &at, &age, &d.Attempts, &keys)
 	if err != nil {
 		return d, err
+	}
+	if keys == nil {
+		for _, k := range texts {
+			keys = append(keys, []byte(k))
+		}
 	}
 	if len(keys) != len(values) {
 		return d, fmt.Errorf("deferred event %s: %d header keys, %d values", d.EventID, len(keys), len(values))
 	}
 	for i := range keys {
-		d.Record.Headers = append(d.Record.Headers, Header{Key: keys[i], Value: values[i]})
+		d.Record.Headers = append(d.Record.Headers, Header{Key: string(keys[i]), Value: values[i]})
 	}
 	if at != nil {
 		d.Record.Time = *at

@@ -83,7 +83,8 @@ const (
 	// released it meanwhile): claim again.
 	verdictReclaim
 	// verdictBlock: the row is the event's own pending claim, too old to
-	// re-send (NextClaimStatus): block it; the event is a Conflict.
+	// re-send (NextClaimStatus): block it; the event is held behind it
+	// (ErrHeld), decided with the operator's decision.
 	verdictBlock
 )
 
@@ -91,12 +92,16 @@ const (
 // for the single and the batched path alike. found is false when the
 // claim's insert conflicted but no row turned up. Whether ev's own pending
 // claim is sent again is NextClaimStatus's: not when it is older than
-// blockAfter (the provider may have forgotten its key).
+// blockAfter (the provider may have forgotten its key). An event behind a
+// blocked claim, its own or another event's, is held (ErrHeld), never a
+// Conflict: the operator's decision on the claim decides it (SPEC §11, I3).
+// A Conflict is only a true one: another body under the event's id, or
+// another amount for an order another event charged.
 func decide(row Claim, found bool, ev events.OrderConfirmed, blockAfter time.Duration) (verdict, Outcome, error) {
 	own := found && row.OrderID == ev.OrderID && row.EventID == ev.EventID && row.Status == ClaimPending &&
 		row.Amount == ev.TotalAmount && row.CustomerID == ev.CustomerID
 	if own && NextClaimStatus(ClaimFacts{Answer: AnswerNone, Age: row.Age, BlockAfter: blockAfter}) == ClaimBlocked {
-		return verdictBlock, "", fault.Errorf(fault.Conflict, "order %d: the claim of event %s is %s old, past the block-after limit: its request is not re-sent (the provider may have forgotten the key); blocked, an operator decides",
+		return verdictBlock, "", heldf("order %d: the claim of event %s is %s old, past the block-after limit: its request is not re-sent (the provider may have forgotten the key); blocked, an operator decides",
 			ev.OrderID, ev.EventID, row.Age.Round(time.Second))
 	}
 	switch {
@@ -108,7 +113,7 @@ func decide(row Claim, found bool, ev events.OrderConfirmed, blockAfter time.Dur
 		return verdictDone, "", fault.Errorf(fault.Conflict, "event %s claimed order %d with other parameters (customer %d, amount %s)",
 			ev.EventID, ev.OrderID, row.CustomerID, row.Amount)
 	case row.Status == ClaimBlocked:
-		return verdictDone, "", fault.Errorf(fault.Conflict, "order %d: the claim of event %s is blocked; an operator must decide", ev.OrderID, row.EventID)
+		return verdictDone, "", heldf("order %d: the claim of event %s is blocked; an operator decides it, and this event with it", ev.OrderID, row.EventID)
 	case own:
 		return verdictCharge, "", nil
 	case row.EventID == ev.EventID:

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/billing-consumer/billing-consumer/internal/events"
 )
 
@@ -12,13 +14,24 @@ import (
 // provider charges other events must not hold its partition. Its pending
 // claim already holds everything its charge needs (key, customer,
 // canonical amount), so the pipeline parks it — Park marks the claim
-// parked — and commits its record; from then on the Completer owns the
+// parked and, in the same statement, keeps the record in deferred_event,
+// a row waiting on its own claim — and commits its record; from then on
+// the Completer owns the
 // claim and re-sends its request on a backoff of its own, starting at
 // seconds (parkedBackoff), until it is charged, blocked, or past
 // BILLING_CLAIM_BLOCK_AFTER. Parking changes who sends, never what: the
 // same key and body, and the claim's lifecycle is NextClaimStatus's as for
 // any other claim (the completer is ActorCompleter; the parked event's
 // attempt is over, so nothing releases the claim any more).
+//
+// The kept record is the event's path when the completer cannot charge
+// (SPEC §11, I3): the deciding loop leaves the row while the claim is
+// pending or blocked (deferred.go, takeDeferredSQL); once the completer
+// charged it, or an operator marked it charged, the row is decided as a
+// Duplicate and deleted; once an operator released it (a definite refusal
+// blocked it: the completer may not release), the row is decided as a
+// fresh attempt, whose refusal dead-letters the original record
+// `permanent`, replayable.
 
 // firstParkedSend is how soon after parking the completer first re-sends.
 const firstParkedSend = time.Second
@@ -28,24 +41,43 @@ const firstParkedSend = time.Second
 // completer sends the claim's request: so it also records others_sent_at,
 // and no creator still running elsewhere (the old owner of a rebalanced
 // partition) can release a parked claim. The times are the database's.
-const parkSQL = `UPDATE charge SET parked_at = coalesce(parked_at, now()), next_send_at = now() + $5 * interval '1 millisecond',
-others_sent_at = coalesce(others_sent_at, now())
-WHERE order_id = $1 AND event_id = $2 AND customer_id = $3 AND amount = $4::numeric AND status = 'pending'`
+//
+// It stores the record ($6 the consumer group, $7... the record as
+// deferSQL takes it) only with the park, so that a committed parked record
+// always has its row; a record parked before (a redelivery parked again)
+// keeps its row. It answers the number of claims parked, 0 or 1.
+const parkSQL = `WITH p AS (
+  UPDATE charge SET parked_at = coalesce(parked_at, now()), next_send_at = now() + $5 * interval '1 millisecond',
+  others_sent_at = coalesce(others_sent_at, now())
+  WHERE order_id = $1 AND event_id = $2 AND customer_id = $3 AND amount = $4::numeric AND status = 'pending' RETURNING event_id),
+ins AS (
+  INSERT INTO deferred_event (consumer_group, event_id, order_id, waits_for, topic, kafka_partition, kafka_offset,
+    record_key, record_value, header_keys, header_values, record_time, header_key_bytes)
+  SELECT $6, p.event_id, $1, p.event_id, $7, $8, $9, $10, $11, $12, $13, $14, $15 FROM p
+  ON CONFLICT (consumer_group, topic, kafka_partition, kafka_offset, event_id) DO NOTHING)
+SELECT count(*) FROM p`
 
-// Park hands ev's pending claim to the completer. It returns true when ev
-// had a pending claim with its body, now parked: the caller may then
-// commit ev's record. False means ev has no such claim (its claim never
+// Park hands ev's pending claim to the completer and keeps rec, ev's
+// record as consumed, for the decision the completer cannot make. It
+// returns true when ev had a pending claim with its body, now parked and
+// its record stored: the caller may then commit ev's record. False means ev has no such claim (its claim never
 // committed, was settled meanwhile, or carries another body: a conflict
 // the next attempt finds): the caller goes on as before, and its next
 // attempt decides from the ledger. The error means that nothing changed.
-func (s *Service) Park(ctx context.Context, ev events.OrderConfirmed) (bool, error) {
+func (s *Service) Park(ctx context.Context, ev events.OrderConfirmed, rec Record) (bool, error) {
+	texts, keys, values := rec.headerColumns()
 	pctx, cancel := s.live(ctx)
 	defer cancel()
-	tag, err := s.db.Exec(pctx, parkSQL, ev.OrderID, [16]byte(ev.EventID), ev.CustomerID, ev.TotalAmount.String(), firstParkedSend.Milliseconds())
+	rows, err := s.db.Query(pctx, parkSQL, ev.OrderID, [16]byte(ev.EventID), ev.CustomerID, ev.TotalAmount.String(), firstParkedSend.Milliseconds(),
+		s.group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, texts, values, rec.timeColumn(), keys)
+	var parked int64
+	if err == nil {
+		parked, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+	}
 	if err != nil {
 		return false, classifyDB(fmt.Errorf("park the claim of order %d: %w", ev.OrderID, err))
 	}
-	return tag.RowsAffected() == 1, nil
+	return parked == 1, nil
 }
 
 // The completer's statements for parked claims.

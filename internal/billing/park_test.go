@@ -18,17 +18,19 @@ import (
 // A parked claim is the completer's from then on: its passes over parked
 // claims re-send it long before BILLING_COMPLETER_AFTER, on a backoff from
 // a second (the database's clock), and settle it once the provider
-// answers; the counts say how many are parked meanwhile. Park answers
-// false for an event without a pending claim.
+// answers; the counts say how many are parked meanwhile. Park keeps the
+// event's record (a deferred row waiting on its own claim), counted once,
+// and decided as a duplicate once the completer has charged the claim.
+// Park answers false for an event without a pending claim.
 func TestParkedClaimIsResentPromptly(t *testing.T) {
 	e := newEnv(t, "secret-token")
 	ctx := context.Background()
-	if ok, err := e.svc.Park(ctx, event(9400, 100)); err != nil || ok {
+	if ok, err := e.svc.Park(ctx, event(9400, 100), recordOf(event(9400, 100))); err != nil || ok {
 		t.Fatalf("Park without a claim = %v, %v; want false", ok, err)
 	}
 	ev := event(9401, 2500)
 	e.pendingClaim(t, ev, paysim.Faults{ErrorRate: 1}) // 5xx: nothing taken, the claim pending
-	if ok, err := e.svc.Park(ctx, ev); err != nil || !ok {
+	if ok, err := e.svc.Park(ctx, ev, recordOf(ev)); err != nil || !ok {
 		t.Fatalf("Park = %v, %v; want true", ok, err)
 	}
 	// The completer's clock says the claim is fresh (well below After):
@@ -42,8 +44,11 @@ func TestParkedClaimIsResentPromptly(t *testing.T) {
 		}
 		return rep
 	}
-	if rep := pass(); len(rep.Settled) != 0 || rep.Unsettled.Parked != 1 {
-		t.Fatalf("pass right after parking: %+v; want nothing due yet, 1 parked", rep)
+	// The parked event's record is kept (a row waiting on its own claim),
+	// counted once: as parked, not also as deferred.
+	if rep := pass(); len(rep.Settled) != 0 || rep.Unsettled.Parked != 1 || rep.Unsettled.Deferred != 0 || e.deferredRows(t) != 1 {
+		t.Fatalf("pass right after parking: %+v, %d deferred rows; want nothing due yet, 1 parked, 0 deferred, its record kept",
+			rep, e.deferredRows(t))
 	}
 	e.sim.SetFaults(paysim.Faults{ErrorRate: 1})
 	resent := waitSettled(t, pass, "pending")
@@ -55,6 +60,13 @@ func TestParkedClaimIsResentPromptly(t *testing.T) {
 		t.Fatalf("after the charge: %+v; want nothing parked or pending", rep.Unsettled)
 	}
 	e.assertChargedOnce(t, ev)
+	// The charged parked claim's record is decided as a duplicate of it,
+	// and its row deleted: rows do not pile up.
+	dl := &dlqRecorder{}
+	e.decideAll(t, deciderOf(t, e.svc, dl))
+	if len(dl.why) != 0 || e.sim.ChargesFor(ev.OrderID) != 1 {
+		t.Fatalf("dead letters %v, %d charges; want none, 1", dl.why, e.sim.ChargesFor(ev.OrderID))
+	}
 }
 
 // waitSettled runs pass until it settles a claim with result want; bounded.
@@ -87,7 +99,7 @@ func TestCrashAroundThePark(t *testing.T) {
 				in := newInjector()
 				in.failAt, in.after, in.mode = 0, after, mode
 				svc := newService(t, faultDB{e.pool, in}, e.charger)
-				parked, err := svc.Park(context.Background(), ev)
+				parked, err := svc.Park(context.Background(), ev, recordOf(ev))
 				t.Logf("park: %v, %v (ops %q)", parked, err, in.trace())
 				if parked && err != nil {
 					t.Fatalf("park says both parked and %v", err)
@@ -123,7 +135,7 @@ func TestParkMatchesTheClaimsBody(t *testing.T) {
 	if _, err := e.svc.Process(ctx, other); !fault.Is(err, fault.Conflict) {
 		t.Fatalf("Process of the other body = %v; want Conflict (the claim is not its own)", err)
 	}
-	ok, err := e.svc.Park(ctx, other)
+	ok, err := e.svc.Park(ctx, other, recordOf(other))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +169,7 @@ func TestNoReleaseOfAParkedClaim(t *testing.T) {
 	if _, err := a1.Process(attempt, ev); err == nil {
 		t.Fatalf("A1: no error; want the lost BEGIN (ops %q)", in.trace())
 	}
-	if ok, err := e.svc.Park(ctx, ev); err != nil || !ok { // the other delivery parks; its record is committed
+	if ok, err := e.svc.Park(ctx, ev, recordOf(ev)); err != nil || !ok { // the other delivery parks; its record is committed
 		t.Fatalf("Park = %v, %v", ok, err)
 	}
 	viaGateway = true
@@ -199,7 +211,7 @@ func TestParkRacingTheCompleterAndARedelivery(t *testing.T) {
 	}
 	for _, ev := range evs {
 		wg.Go(func() {
-			_, err := e.svc.Park(ctx, ev)
+			_, err := e.svc.Park(ctx, ev, recordOf(ev))
 			report(err)
 		})
 		wg.Go(func() {

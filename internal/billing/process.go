@@ -60,6 +60,9 @@ func (s *Service) processAll(ctx context.Context, batch []events.OrderConfirmed,
 // processOnce is one round of processAll.
 func (s *Service) processOnce(ctx context.Context, batch []events.OrderConfirmed, attempts []*attempt, pool *workers) []response {
 	out := make([]response, len(batch))
+	if s.paused() {
+		return pausedAll(batch, out)
+	}
 	// The same event twice in one batch (a redelivery beside its
 	// original): the later copy waits for the earlier one's outcome.
 	n := len(batch)

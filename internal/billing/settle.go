@@ -17,7 +17,9 @@ import (
 // The completer's settling of claims: what a pass does to each stale or
 // parked pending claim it reads (the table is Completer's doc comment).
 
-// settleStale settles the pending claims older than the pass's age.
+// settleStale settles the pending claims older than the pass's age. It
+// stops with ErrPaused at the first claim it finds paused (Paused): the
+// claims settled before are returned.
 func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt PassOptions) ([]Settled, error) {
 	age := c.After
 	if opt.OlderThan > 0 {
@@ -51,6 +53,9 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 			done = append(done, Settled{Claim: cl, Result: what})
 			continue
 		}
+		if c.paused() {
+			return done, ErrPaused
+		}
 		s, err := c.settle(ctx, conn, cl)
 		if err != nil {
 			return done, err
@@ -68,8 +73,9 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 // can no longer release it; and the settling transaction holds the claim
 // (holdClaims) from before the request to the record, for a binary built
 // before others_sent_at that may run beside this one during an upgrade.
-// Its error is the pass's (a systemic answer, ctx ended, the database):
-// nothing more is to be done in this pass.
+// Its error is the pass's (a systemic answer, ctx ended, the database,
+// ErrPaused when the pause came between the pass's check and the
+// request): nothing more is to be done in this pass.
 func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim) (Settled, error) {
 	out := Settled{Claim: cl}
 	orders, ids := []int64{cl.OrderID}, [][16]byte{cl.EventID}
@@ -103,6 +109,9 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim) (S
 	if !pending[cl.EventID] {
 		out.Result, out.Detail = SettledMeanwhile, "released or settled since the pass read it; nothing sent"
 		return out, nil
+	}
+	if c.paused() { // the pause came since the pass's check: the hold rolls back, nothing sent
+		return out, ErrPaused
 	}
 	sctx, cancelSend := context.WithDeadline(ctx, deadline)
 	r, err := c.Charger.Charge(sctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))

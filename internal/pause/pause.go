@@ -3,9 +3,12 @@
 // 00007): `billing-consumer pause` writes the group's row, `resume`
 // deletes it, and each replica's Watcher reads it every few seconds and
 // opens or closes its Gate. The consumer waits on the Gate before it
-// fetches or hands out a record, so a paused replica stays in the group
-// (no rebalance, no autoscaler undoing it), keeps committing what finishes,
-// and starts nothing new.
+// fetches or hands out a record, and every sender checks the pause before
+// each request (SPEC §11 I4: the pipeline and its retries, the deferred
+// decisions, the completer, the billing service where its requests leave;
+// reconcile reads the row itself), so a paused replica stays in the group
+// (no rebalance, no autoscaler undoing it), finishes the requests in
+// flight, keeps committing what finishes, and sends nothing new.
 package pause
 
 import (
@@ -145,7 +148,7 @@ func (w *Watcher) Refresh(ctx context.Context) error {
 	w.mu.Unlock()
 	switch {
 	case changed && s.Paused:
-		w.Logger.Warn("billing paused by an operator: fetching stopped, in-flight events finish", "group", w.Group,
+		w.Logger.Warn("billing paused by an operator: fetching and sending stopped, requests in flight finish", "group", w.Group,
 			"reason", s.Reason, "operator", s.Operator, "since", s.Since.UTC().Format(time.RFC3339))
 	case changed && wasKnown:
 		w.Logger.Info("billing resumed: fetching again", "group", w.Group)

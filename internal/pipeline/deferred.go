@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -51,10 +52,12 @@ func (w *waited) observe(kind fault.Kind, now time.Time) time.Duration {
 }
 
 // deferEvent stores ev for a later decision (Deferrer) after it has waited
-// on another event's claim for ParkAfter, and reports whether it did: then
-// msg may be committed, counted "parked". When the claim settled
-// meanwhile, or the store failed, ev goes on waiting and is processed
-// again, which decides it.
+// on another event's claim for ParkAfter, or at once when it is held
+// behind a blocked claim (billing.ErrHeld), and reports whether it did:
+// then msg may be committed, counted "parked". A redelivery of a record
+// deferred before is stored already: committed as deferred again. When
+// the claim settled meanwhile, or the store failed, ev goes on waiting
+// and is processed again, which decides it.
 func (h *Handler) deferEvent(ctx context.Context, msg kafka.Message, ev events.OrderConfirmed, waitedFor time.Duration, cause error) bool {
 	stored, err := h.cfg.Deferrer.Defer(ctx, ev, recordOf(msg))
 	if err != nil || !stored {
@@ -65,26 +68,24 @@ func (h *Handler) deferEvent(ctx context.Context, msg kafka.Message, ev events.O
 	}
 	spanOutcome(ctx, "deferred", 0)
 	h.cfg.Metrics.Events.WithLabelValues("parked").Inc()
-	h.cfg.Logger.WarnContext(ctx, "event deferred: its decision waits for another event's claim, its record committed",
-		"event_id", ev.EventID, "order_id", ev.OrderID, "waited", waitedFor, "err", cause)
+	h.cfg.Logger.WarnContext(ctx, "event deferred: its decision waits for the claim on its order, its record committed",
+		"event_id", ev.EventID, "order_id", ev.OrderID, "waited", waitedFor, "held", errors.Is(cause, billing.ErrHeld), "err", cause)
 	return true
 }
 
 // RunDeferred decides the deferred events whose claim is no longer
 // pending, every interval until ctx ends (every replica runs it; a lease
-// keeps two from deciding one event at once). While paused() is true
-// (an operator's pause) it decides nothing: a decision may charge.
-func (h *Handler) RunDeferred(ctx context.Context, interval time.Duration, paused func() bool) {
+// keeps two from deciding one event at once). While an operator's pause
+// is in force (Config.Gate) it decides nothing: a decision may charge.
+func (h *Handler) RunDeferred(ctx context.Context, interval time.Duration) {
 	if h.cfg.Deferrer == nil {
 		return
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if !paused() {
-			if err := h.DecideDeferred(ctx); err != nil && ctx.Err() == nil {
-				h.cfg.Logger.ErrorContext(ctx, "deferred decisions failed", "err", err)
-			}
+		if err := h.DecideDeferred(ctx); err != nil && ctx.Err() == nil {
+			h.cfg.Logger.ErrorContext(ctx, "deferred decisions failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -96,11 +97,15 @@ func (h *Handler) RunDeferred(ctx context.Context, interval time.Duration, pause
 
 // DecideDeferred makes one pass: it takes up the deferred events due, one
 // at a time (each lease covers one decision), up to deferredBatch, and
-// decides each. Its error is the pass's (the database, a systemic
-// answer); an event that could not be decided yet is given back, not an
-// error.
+// decides each. Before each it checks an operator's pause (Config.Gate),
+// and a pause ends the pass: each decision may charge (SPEC §11 I4). Its
+// error is the pass's (the database, a systemic answer); an event that
+// could not be decided yet is given back, not an error.
 func (h *Handler) DecideDeferred(ctx context.Context) error {
 	for range deferredBatch {
+		if h.paused() {
+			return nil
+		}
 		d, ok, err := h.cfg.Deferrer.TakeDeferred(ctx, deferredLease)
 		if err != nil || !ok {
 			return err
@@ -121,7 +126,10 @@ func (h *Handler) DecideDeferred(ctx context.Context) error {
 // deleted — by Process for a charge or a duplicate, by an acknowledged
 // dead-letter record, with the stored key, value and headers, for a
 // conflict or a refusal. An unknown outcome gives the row back, backing
-// off as a parked claim's re-sends do.
+// off as a parked claim's re-sends do, and so does a held answer
+// (billing.ErrHeld: the claim was blocked after the row was taken): the
+// event is not decided yet, an operator decides the claim first, and it
+// is never a conflict.
 func (h *Handler) decide(ctx context.Context, d billing.Deferred) error {
 	msg := messageOf(d.Record)
 	ev, err := events.Decode(msg.Value, h.cfg.Now())
@@ -141,6 +149,10 @@ func (h *Handler) decide(ctx context.Context, d billing.Deferred) error {
 		reason = dlq.Conflict
 	case ctx.Err() != nil:
 		return nil // the lease ends, and the event is decided again
+	case errors.Is(err, billing.ErrPaused):
+		// Nothing sent: given back at once, and the pass ends (DecideDeferred
+		// sees the pause).
+		return h.cfg.Deferrer.RetryDeferred(ctx, d, 0, err)
 	default:
 		after := retryAfter(d.Attempts)
 		if rerr := h.cfg.Deferrer.RetryDeferred(ctx, d, after, err); rerr != nil {

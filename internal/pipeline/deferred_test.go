@@ -161,6 +161,7 @@ func TestDecideDeferred(t *testing.T) {
 		{"refused", errPermanent, "", true, "permanent", false},
 		{"unknown", errTransient, "", false, "", false},
 		{"claimed again", errBusy, "", false, "", false},
+		{"held behind a blocked claim", errHeld, "", false, "", false},
 		{"systemic", errSystemic, "", false, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,5 +216,58 @@ func TestDeferredRetryBackoff(t *testing.T) {
 		if got := retryAfter(attempt); got != want {
 			t.Errorf("retryAfter(%d) = %v; want %v", attempt, got, want)
 		}
+	}
+}
+
+// errHeld is billing's answer for an event held behind a blocked claim.
+var errHeld = fault.New(fault.Busy, fmt.Errorf("order 1001: the claim of another event is blocked: %w", billing.ErrHeld))
+
+// An event held behind a blocked claim (billing.ErrHeld) is deferred at
+// its first answer: waiting cannot help, an operator decides the claim.
+// Its record is committable at once, counted "parked", never
+// dead-lettered. Where the store fails it waits and retries like any
+// busy event, and where the claim was released meanwhile (Defer answers
+// false) it is processed again. (Defects 2, 3 and 7 of issue 29: it was
+// dead-lettered as a conflict.)
+func TestHeldEventIsDeferredAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store func(events.OrderConfirmed) (bool, error)
+		calls int // of the biller, when it is deferred; 0: never deferred
+	}{
+		{"deferred", func(events.OrderConfirmed) (bool, error) { return true, nil }, 1},
+		{"store fails", func(events.OrderConfirmed) (bool, error) { return false, errors.New("database gone") }, 0},
+		{"released meanwhile", func(events.OrderConfirmed) (bool, error) { return false, nil }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg, _ := validRecord(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			biller := &fakeBiller{process: func(_ context.Context, call int, _ events.OrderConfirmed) (billing.Result, error) {
+				if call == 5 {
+					cancel()
+				}
+				return billing.Result{}, errHeld
+			}}
+			deferrer := &fakeDeferrer{store: tc.store}
+			env := newEnv(t, biller, nil, func(c *Config) {
+				c.ParkAfter, c.Parker, c.Deferrer = 30*time.Second, &fakeParker{}, deferrer
+			})
+			err := env.h.Handle(ctx, msg)
+			calls := len(biller.calls())
+			if tc.calls == 0 {
+				if !errors.Is(err, context.Canceled) || len(deferrer.rows) != 0 || calls != 5 {
+					t.Fatalf("Handle = %v after %d calls, %d deferred; want it still retrying when cancelled, nothing deferred", err, calls, len(deferrer.rows))
+				}
+			} else if err != nil || calls != tc.calls || len(deferrer.rows) != 1 {
+				t.Fatalf("Handle = %v after %d calls, %d deferred; want the record committable, deferred at the first answer", err, calls, len(deferrer.rows))
+			}
+			if n := len(env.dlq.calls()); n != 0 {
+				t.Fatalf("%d DLQ calls; want none", n)
+			}
+			if got := env.counters(t)[eventsKey("parked")]; got != float64(len(deferrer.rows)) {
+				t.Fatalf("parked counter %v; want %d", got, len(deferrer.rows))
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -14,16 +15,17 @@ import (
 // fakeParker is a Parker whose answer is a function; it records the events
 // it was asked to park.
 type fakeParker struct {
-	park   func(ev events.OrderConfirmed) (bool, error)
-	mu     sync.Mutex
-	parked []events.OrderConfirmed
+	park    func(ev events.OrderConfirmed) (bool, error)
+	mu      sync.Mutex
+	parked  []events.OrderConfirmed
+	records []billing.Record
 }
 
-func (p *fakeParker) Park(_ context.Context, ev events.OrderConfirmed) (bool, error) {
+func (p *fakeParker) Park(_ context.Context, ev events.OrderConfirmed, rec billing.Record) (bool, error) {
 	ok, err := p.park(ev)
 	if ok && err == nil {
 		p.mu.Lock()
-		p.parked = append(p.parked, ev)
+		p.parked, p.records = append(p.parked, ev), append(p.records, rec)
 		p.mu.Unlock()
 	}
 	return ok, err
@@ -76,6 +78,11 @@ func TestParkedAfterFailingWhileOthersSucceed(t *testing.T) {
 				// Failures at +10s ... +40s: 30 s of failing after the first.
 				if len(calls) != 0 || callsOf(biller, poisonID) != 4 {
 					t.Fatalf("%d DLQ calls, %d attempts; want none and 4 (parked after 30 s of failing)", len(calls), callsOf(biller, poisonID))
+				}
+				// The park keeps the record as consumed, for the decision a
+				// refused re-send needs after the operator's release.
+				if rec := parker.records[0]; rec.Offset != poison.Offset || !bytes.Equal(rec.Value, poison.Value) || len(rec.Headers) != 1 {
+					t.Fatalf("parked with record %+v; want the consumed record", rec)
 				}
 				return
 			}

@@ -22,6 +22,11 @@
 //	                         stored for a decision once that claim
 //	                         settles, and committed) once it has waited
 //	                         for ParkAfter
+//	Busy, billing.ErrHeld  → the order's claim (another event's or its
+//	                         own) is blocked: deferred at once, since only
+//	                         an operator settles it; waits like Busy only
+//	                         while it cannot be stored. Never
+//	                         dead-lettered (SPEC §11, I3)
 //
 // A streak of transient failures with no success anywhere in the handler
 // is an outage, treated as Systemic, once OutageThreshold distinct events
@@ -62,11 +67,13 @@ type Biller interface {
 	Process(ctx context.Context, ev events.OrderConfirmed) (billing.Result, error)
 }
 
-// Parker hands an event's pending claim to the completer (SPEC §10);
-// *billing.Service is one. Park returns true only when the event had a
-// pending claim, now parked: its record may then be committed.
+// Parker hands an event's pending claim to the completer (SPEC §10) and
+// keeps rec, the event's record, for the decision the completer cannot
+// make (a refusal); *billing.Service is one. Park returns true only when
+// the event had a pending claim, now parked with its record stored: its
+// record may then be committed.
 type Parker interface {
-	Park(ctx context.Context, ev events.OrderConfirmed) (bool, error)
+	Park(ctx context.Context, ev events.OrderConfirmed, rec billing.Record) (bool, error)
 }
 
 // DeadLetterer durably writes a record to the dead-letter topic;
@@ -111,12 +118,15 @@ type Config struct {
 	// ParkAfter is BILLING_PARK_AFTER: an event that has failed
 	// transiently for this long while the provider succeeds for others (the
 	// same clock as RetryBudget: outages and busy waits not counted) is
-	// parked — its claim handed to the completer by Parker, its record
-	// committed — so that it holds its partition no longer. Zero never
-	// parks; then Parker may be nil. Keep it below RetryBudget. An event
-	// that has waited this long on another event's claim (fault.Busy) is
-	// deferred — its record stored by Deferrer for a later decision
-	// (RunDeferred), and committed. Zero never defers either.
+	// parked — its claim handed to the completer by Parker, with its
+	// record kept for a later decision, its record committed — so that it
+	// holds its partition no longer. Zero never parks; then Parker may be
+	// nil. Keep it below RetryBudget. An event that has waited this long
+	// on another event's claim (fault.Busy), or at once when it is held
+	// behind a blocked claim (billing.ErrHeld), is deferred — its record
+	// stored by Deferrer for a later decision (RunDeferred), and
+	// committed. Zero never defers either: a held event then waits until
+	// an operator's decision settles the claim.
 	ParkAfter time.Duration
 	Parker    Parker
 	Deferrer  Deferrer
@@ -130,6 +140,9 @@ type Config struct {
 	// Propagator reads the trace context from the record's headers; nil
 	// means W3C trace context (traceparent, tracestate).
 	Propagator propagation.TextMapPropagator
+	// Gate is an operator's pause as the consumer's Gate (closed while
+	// billing may send; pause.go); nil means never paused.
+	Gate func() <-chan struct{}
 }
 
 // Handler processes records. It is safe for concurrent use.
@@ -204,7 +217,7 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 	}()
 	var b budget
 	for {
-		res, err := h.cfg.Biller.Process(ctx, ev)
+		res, err := h.processResumed(ctx, ev, &b, w)
 		kind := fault.KindOf(err)
 		now := h.cfg.Now()
 		if err != nil && kind == fault.Transient && ctx.Err() == nil {
@@ -246,9 +259,10 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 		case fault.Systemic, fault.Busy:
 			// Not the event's fault: wait it out, however long, spending
 			// neither attempts nor budget; an event waiting on another's
-			// claim for ParkAfter is deferred instead (deferred.go).
+			// claim for ParkAfter, or held behind a blocked claim, is
+			// deferred instead (deferred.go).
 			b.pause()
-			if waited := w.waited.observe(kind, now); h.cfg.ParkAfter > 0 && waited >= h.cfg.ParkAfter &&
+			if waited := w.waited.observe(kind, now); h.cfg.ParkAfter > 0 && (waited >= h.cfg.ParkAfter || errors.Is(err, billing.ErrHeld)) &&
 				h.deferEvent(ctx, msg, ev, waited, err) {
 				return nil
 			}
@@ -259,7 +273,7 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 		}
 		w.waited.observe(kind, now)
 		b.fail(now)
-		if h.cfg.ParkAfter > 0 && b.spent >= h.cfg.ParkAfter && h.park(ctx, ev, b, err) {
+		if h.cfg.ParkAfter > 0 && b.spent >= h.cfg.ParkAfter && h.park(ctx, msg, ev, b, err) {
 			return nil
 		}
 		if b.attempts >= h.cfg.MaxAttempts && b.spent >= h.cfg.RetryBudget {
@@ -275,12 +289,12 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 	}
 }
 
-// park parks ev's claim (Parker) after its failure err and reports
+// park parks ev's claim (Parker), keeping msg, after its failure err and reports
 // whether it did: then ev's record may be committed, and the completer
 // owns the claim. Without a pending claim to park, or when parking fails,
 // ev goes on retrying as before.
-func (h *Handler) park(ctx context.Context, ev events.OrderConfirmed, b budget, err error) bool {
-	parked, perr := h.cfg.Parker.Park(ctx, ev)
+func (h *Handler) park(ctx context.Context, msg kafka.Message, ev events.OrderConfirmed, b budget, err error) bool {
+	parked, perr := h.cfg.Parker.Park(ctx, ev, recordOf(msg))
 	if perr != nil || !parked {
 		if perr != nil {
 			h.cfg.Logger.WarnContext(ctx, "could not park the event, retrying it", "event_id", ev.EventID, "order_id", ev.OrderID, "err", perr)

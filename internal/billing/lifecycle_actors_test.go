@@ -1,0 +1,148 @@
+package billing
+
+import "time"
+
+// The model's other actors: the completer, the operator, and the world
+// around the service (pause, crashes, time).
+
+// completer: one send at a time (the advisory lock) for any pending claim
+// (the model does not count the completer's After: it may act early, as a
+// replica whose clock runs ahead would).
+func (s *stepper) completer() {
+	w := s.from
+	c := w.claim
+	// The completer takes a claim older than its After; the model lets it
+	// do so at any moment once the creating attempt is over (it crashed,
+	// or parked or gave up the event) and, while that attempt still runs,
+	// once the claim is past block-after (an attempt held through a long
+	// outage).
+	due := c.exists && c.status == ClaimPending && (c.creator == 0 || c.old)
+	if !w.comp.busy && due && !(s.r.completerWaitsOnPause() && w.paused) {
+		n := w
+		facts := ClaimFacts{Actor: ActorCompleter, Age: modelAgeOf(c), BlockAfter: modelBlockAfter}
+		if s.r.next(facts) == ClaimBlocked {
+			n.claim.status = ClaimBlocked
+			s.add("completer blocks "+eventNames[c.owner]+"'s claim: past block-after", n)
+		} else {
+			n.claim.othersSent = true
+			n.claim.held++
+			n.comp = completerM{busy: true, key: c.owner, req: requestM{recorded: s.r.recordsSend(false, false)}}
+			n.sentPause = n.sentPause || n.paused
+			s.add("completer re-sends "+eventNames[c.owner]+"'s request", n)
+		}
+	}
+	if !w.comp.busy {
+		return
+	}
+	key := w.comp.key
+	settle := func(n world, ans Answer, label string) {
+		n.comp = completerM{}
+		n.claim.held--
+		if n.claim.exists && n.claim.owner == key {
+			switch s.r.next(ClaimFacts{Answer: ans, Actor: ActorCompleter, Age: modelAgeOf(n.claim), BlockAfter: modelBlockAfter}) {
+			case ClaimCharged:
+				n.claim.status, n.claim.parked = ClaimCharged, false
+			case ClaimBlocked:
+				if n.claim.status == ClaimPending {
+					n.claim.status = ClaimBlocked
+				}
+			}
+		}
+		s.add(label, n)
+	}
+	req := w.comp.req
+	if req.processed {
+		settle(w, req.answer, "completer gets "+answerName(req.answer))
+	}
+	n := w
+	if abandon(&n, key, req) {
+		settle(n, AnswerUnknown, "completer's client gives up")
+	}
+}
+
+func modelAgeOf(c claimM) time.Duration {
+	if c.old {
+		return modelOld
+	}
+	return modelYoung
+}
+
+// operator follows the blocked-claim runbook: the provider holds a charge
+// for the claim's key → mark-charged; it holds none → release. The command
+// runs as the rules allow (the production's operator transition), and it
+// races a request when one for the claim's key is still at the provider.
+func (s *stepper) operator() {
+	w := s.from
+	c := w.claim
+	if !c.exists || c.status != ClaimBlocked || !s.r.operatorMay(w) {
+		return
+	}
+	req := OperatorRequest{Operator: "model", Reason: "runbook", ProviderHoldsNoCharge: w.keys[c.owner] != AnswerCharged}
+	req.Action = ActionRelease
+	if w.keys[c.owner] == AnswerCharged {
+		req.Action, req.ChargeID = ActionMarkCharged, "ch_model"
+	}
+	next, err := s.r.operator(string(c.status), req)
+	if err != nil {
+		return
+	}
+	n := w
+	n.raced = n.raced || w.inFlight(c.owner, false)
+	if next == "" {
+		n.claim = claimM{}
+		s.add("operator releases "+eventNames[c.owner]+"'s blocked claim (the provider holds no charge)", n)
+		return
+	}
+	n.claim.status = ClaimStatus(next)
+	s.add("operator marks "+eventNames[c.owner]+"'s blocked claim charged", n)
+}
+
+// environment: pause and resume, a crash, a claim ageing past
+// block-after.
+func (s *stepper) environment() {
+	w := s.from
+	if !w.paused && w.budget.pause > 0 {
+		n := w
+		n.paused = true
+		n.budget.pause--
+		s.add("operator pauses billing", n)
+	}
+	if w.paused {
+		n := w
+		n.paused = false
+		s.add("operator resumes billing", n)
+	}
+	if n, ok := crashed(w); ok {
+		s.add("every replica crashes", n)
+	}
+	if w.claim.exists && !w.claim.old && w.claim.status != ClaimCharged {
+		n := w
+		n.claim.old = true
+		s.add(eventNames[w.claim.owner]+"'s claim ages past block-after", n)
+	}
+}
+
+// crashed is w after every replica crashed: every attempt and the
+// completer's send gone, their requests left at the provider; false when
+// the budget (or the bound on abandoned requests) allows no crash.
+func crashed(w world) (world, bool) {
+	if w.budget.crash == 0 {
+		return w, false
+	}
+	n := w
+	n.budget.crash--
+	for i := range n.n {
+		for _, a := range w.ev[i].att {
+			if a.pc == pcAwait && !abandon(&n, i, a.req) {
+				return w, false
+			}
+		}
+		n.ev[i].att = [bySenders]attemptM{}
+	}
+	if w.comp.busy && !abandon(&n, w.comp.key, w.comp.req) {
+		return w, false
+	}
+	n.claim.creator, n.claim.held = 0, 0
+	n.comp = completerM{}
+	return n, true
+}
