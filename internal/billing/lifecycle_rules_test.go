@@ -166,8 +166,9 @@ func decideBefore29(row Claim, found bool, ev events.OrderConfirmed, blockAfter 
 // the operator's transition as they are, the statements' guards written
 // as functions (deferSQL, takeDeferredSQL, releaseSQL, claimSQL's ahead),
 // every sender checking the pause (SPEC §11 I4), an event behind a
-// blocked claim deferred at once (ErrHeld), and parking that keeps the
-// record in a deferred row waiting on its own claim.
+// blocked claim deferred at once (ErrHeld), parking that keeps the
+// record in a deferred row waiting on its own claim, and every send
+// recorded with the operator waiting for it (SPEC §11 I5).
 func productionRules() modelRules {
 	r := rulesBefore29()
 	r.name = "this code"
@@ -182,6 +183,14 @@ func productionRules() modelRules {
 	}
 	r.senderWaitsOnPause = func(int8) bool { return true }
 	r.completerWaitsOnPause = func() bool { return true }
+	// Every send, the creator's first (claimSQL) and retries included, is
+	// recorded before it leaves (markSent), and the operator refuses while
+	// a recorded request may be in flight or still be finished by the
+	// provider (checkInFlight: decide_after; SPEC §11 I5).
+	r.recordsSend = func(bool, bool) bool { return true }
+	r.operatorMay = func(w world) bool {
+		return w.claim.held == 0 && !w.inFlight(w.claim.owner, true) && !w.recordedUnsent(w.claim.owner)
+	}
 	r.policy = policy
 	r.parkKeeps = func(w *world, i int8) {
 		if w.ev[i].deferred == 0 {
