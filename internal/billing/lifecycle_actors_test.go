@@ -16,12 +16,12 @@ func (s *stepper) completer() {
 	// or parked or gave up the event) and, while that attempt still runs,
 	// once the claim is past block-after (an attempt held through a long
 	// outage).
-	due := c.exists && c.status == ClaimPending && (c.creator == 0 || c.old)
+	due := c.exists && c.status == mPending && (c.creator == 0 || c.old)
 	if !w.comp.busy && due && !(s.r.completerWaitsOnPause() && w.paused) {
 		n := w
 		facts := ClaimFacts{Actor: ActorCompleter, Age: modelAgeOf(c), BlockAfter: modelBlockAfter}
 		if s.r.next(facts) == ClaimBlocked {
-			n.claim.status = ClaimBlocked
+			n.claim.status = mBlocked
 			s.add("completer blocks "+eventNames[c.owner]+"'s claim: past block-after", n)
 		} else {
 			n.claim.othersSent = true
@@ -41,10 +41,10 @@ func (s *stepper) completer() {
 		if n.claim.exists && n.claim.owner == key {
 			switch s.r.next(ClaimFacts{Answer: ans, Actor: ActorCompleter, Age: modelAgeOf(n.claim), BlockAfter: modelBlockAfter}) {
 			case ClaimCharged:
-				n.claim.status, n.claim.parked = ClaimCharged, false
+				n.claim.status, n.claim.parked = mCharged, false
 			case ClaimBlocked:
-				if n.claim.status == ClaimPending {
-					n.claim.status = ClaimBlocked
+				if n.claim.status == mPending {
+					n.claim.status = mBlocked
 				}
 			}
 		}
@@ -52,7 +52,7 @@ func (s *stepper) completer() {
 	}
 	req := w.comp.req
 	if req.processed {
-		settle(w, req.answer, "completer gets "+answerName(req.answer))
+		settle(w, req.answer.a(), "completer gets "+answerName(req.answer.a()))
 	}
 	n := w
 	if abandon(&n, key, req) {
@@ -74,15 +74,15 @@ func modelAgeOf(c claimM) time.Duration {
 func (s *stepper) operator() {
 	w := s.from
 	c := w.claim
-	if !c.exists || c.status != ClaimBlocked || !s.r.operatorMay(w) {
+	if !c.exists || c.status != mBlocked || !s.r.operatorMay(w) {
 		return
 	}
-	req := OperatorRequest{Operator: "model", Reason: "runbook", ProviderHoldsNoCharge: w.keys[c.owner] != AnswerCharged}
+	req := OperatorRequest{Operator: "model", Reason: "runbook", ProviderHoldsNoCharge: w.keys[c.owner].a() != AnswerCharged}
 	req.Action = ActionRelease
-	if w.keys[c.owner] == AnswerCharged {
+	if w.keys[c.owner].a() == AnswerCharged {
 		req.Action, req.ChargeID = ActionMarkCharged, "ch_model"
 	}
-	next, err := s.r.operator(string(c.status), req)
+	next, err := s.r.operator(string(c.status.claim()), req)
 	if err != nil {
 		return
 	}
@@ -93,7 +93,7 @@ func (s *stepper) operator() {
 		s.add("operator releases "+eventNames[c.owner]+"'s blocked claim (the provider holds no charge)", n)
 		return
 	}
-	n.claim.status = ClaimStatus(next)
+	n.claim.status = mstatusOf(ClaimStatus(next))
 	s.add("operator marks "+eventNames[c.owner]+"'s blocked claim charged", n)
 }
 
@@ -115,7 +115,7 @@ func (s *stepper) environment() {
 	if n, ok := crashed(w); ok {
 		s.add("every replica crashes", n)
 	}
-	if w.claim.exists && !w.claim.old && w.claim.status != ClaimCharged {
+	if w.claim.exists && !w.claim.old && w.claim.status != mCharged {
 		n := w
 		n.claim.old = true
 		s.add(eventNames[w.claim.owner]+"'s claim ages past block-after", n)

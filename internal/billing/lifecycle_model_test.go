@@ -84,7 +84,7 @@ const (
 type requestM struct {
 	recorded  bool // its send was recorded (in_flight_until) before it left
 	processed bool // the provider has answered; the answer is on its way
-	answer    Answer
+	answer    manswer
 }
 
 // attemptM is one attempt at an event (a delivery's processing, its
@@ -96,6 +96,36 @@ type attemptM struct {
 	req     requestM
 }
 
+// manswer is an Answer in a byte, for the same reason as mstatus.
+type manswer int8
+
+func (m manswer) a() Answer { return Answer(m) }
+
+// mstatus is a claim's status in the model: a byte, not ClaimStatus's
+// string, so that a world holds no pointer and the explorer's millions of
+// states cost the garbage collector nothing to scan.
+type mstatus int8
+
+const (
+	mPending mstatus = iota
+	mBlocked
+	mCharged
+)
+
+func (m mstatus) claim() ClaimStatus {
+	return [...]ClaimStatus{ClaimPending, ClaimBlocked, ClaimCharged}[m]
+}
+
+func mstatusOf(s ClaimStatus) mstatus {
+	switch s {
+	case ClaimBlocked:
+		return mBlocked
+	case ClaimCharged:
+		return mCharged
+	}
+	return mPending
+}
+
 // claimM is the order's row in the charge ledger.
 type claimM struct {
 	exists bool
@@ -103,7 +133,7 @@ type claimM struct {
 	// creator is the running attempt that created the claim (byX + 1),
 	// 0 once it has ended: a claim token no running attempt carries.
 	creator    int8
-	status     ClaimStatus
+	status     mstatus
 	parked     bool
 	othersSent bool
 	old        bool // older than block-after
@@ -160,7 +190,7 @@ type world struct {
 	n         int8
 	ev        [maxEvents]eventM
 	claim     claimM
-	keys      [maxEvents]Answer // the provider's stored result per key (AnswerNone: none)
+	keys      [maxEvents]manswer // the provider's stored result per key (AnswerNone: none)
 	comp      completerM
 	paused    bool
 	budget    budgetM
@@ -229,7 +259,7 @@ func (w *world) row() (Claim, bool) {
 	}
 	ev := w.modelEvent(c.owner)
 	age := modelAgeOf(c)
-	return Claim{OrderID: 1, EventID: ev.EventID, CustomerID: ev.CustomerID, Amount: ev.TotalAmount, Status: c.status,
+	return Claim{OrderID: 1, EventID: ev.EventID, CustomerID: ev.CustomerID, Amount: ev.TotalAmount, Status: c.status.claim(),
 		Age: age, Attempt: modelToken(c.owner, c.creator-1)}, true
 }
 
@@ -237,7 +267,7 @@ func (w *world) row() (Claim, bool) {
 func (w *world) chargedKeys() int {
 	n := 0
 	for i := range w.n {
-		if w.keys[i] == AnswerCharged {
+		if w.keys[i].a() == AnswerCharged {
 			n++
 		}
 	}
@@ -278,14 +308,14 @@ func (w world) show() string {
 	fmt.Fprintf(&b, "paused=%v", w.paused)
 	if w.claim.exists {
 		c := w.claim
-		fmt.Fprintf(&b, " claim{%c %s creator=%d parked=%v othersSent=%v old=%v held=%d strays=%d}", names[c.owner], c.status, c.creator, c.parked, c.othersSent, c.old, c.held, c.strays)
+		fmt.Fprintf(&b, " claim{%c %s creator=%d parked=%v othersSent=%v old=%v held=%d strays=%d}", names[c.owner], c.status.claim(), c.creator, c.parked, c.othersSent, c.old, c.held, c.strays)
 	} else {
 		b.WriteString(" claim{none}")
 	}
 	for i := range w.n {
 		e := w.ev[i]
 		fmt.Fprintf(&b, "\n    %c: amount#%d committed=%v deferred=%d dlq=%03b outcomes=%05b provider=%s", names[i], e.amount, e.committed,
-			e.deferred, e.dlq, e.outcomes, answerName(w.keys[i]))
+			e.deferred, e.dlq, e.outcomes, answerName(w.keys[i].a()))
 	}
 	for i := range w.n {
 		for by, a := range w.ev[i].att {
@@ -327,7 +357,7 @@ func oneTrueDecision(w world) bool {
 		if bits.OnesCount8(e.dlq) > 1 {
 			return false
 		}
-		if w.keys[i] == AnswerCharged && (e.dlq&dlqConflict != 0 || e.outcomes&outDuplicateOrder != 0) {
+		if w.keys[i].a() == AnswerCharged && (e.dlq&dlqConflict != 0 || e.outcomes&outDuplicateOrder != 0) {
 			return false
 		}
 	}
@@ -344,7 +374,7 @@ func pathToCharge(w world) bool {
 	for i := range w.n {
 		e := w.ev[i]
 		held := !e.committed || e.deferred != 0 || e.dlq&(dlqPermanent|dlqExhausted) != 0 ||
-			w.claim.exists && w.claim.owner == i && w.claim.status == ClaimPending
+			w.claim.exists && w.claim.owner == i && w.claim.status == mPending
 		if !held {
 			return false
 		}

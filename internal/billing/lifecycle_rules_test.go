@@ -63,7 +63,7 @@ const (
 
 // otherClaimUnsettled: the claim is another event's, pending or blocked.
 func otherClaimUnsettled(w world, i int8) bool {
-	return w.claim.exists && w.claim.owner != i && (w.claim.status == ClaimPending || w.claim.status == ClaimBlocked)
+	return w.claim.exists && w.claim.owner != i && (w.claim.status == mPending || w.claim.status == mBlocked)
 }
 
 // deferredAhead: another event was deferred before i (before i's own row,
@@ -78,7 +78,7 @@ func deferredAhead(w world, i int8) bool {
 }
 
 func parkable(w world, i int8) bool {
-	return w.claim.exists && w.claim.owner == i && w.claim.status == ClaimPending
+	return w.claim.exists && w.claim.owner == i && w.claim.status == mPending
 }
 
 // rulesBefore29 are the rules of 4e65814, before issue 29: decideBefore29,
@@ -94,7 +94,7 @@ func rulesBefore29() modelRules {
 		mayDefer:       func(w world, i int8) bool { return otherClaimUnsettled(w, i) || deferredAhead(w, i) },
 		mayTake:        func(w world, i int8) bool { return !otherClaimUnsettled(w, i) && !deferredAhead(w, i) },
 		mayRelease: func(c claimM, i, by int8) bool {
-			return c.owner == i && c.creator == by+1 && !c.othersSent && c.status == ClaimPending
+			return c.owner == i && c.creator == by+1 && !c.othersSent && c.status == mPending
 		},
 		recordsSend:           func(bool, bool) bool { return false },
 		senderWaitsOnPause:    func(int8) bool { return false },
@@ -174,11 +174,11 @@ func productionRules() modelRules {
 	r.name = "this code"
 	r.decide = decide
 	r.mayDefer = func(w world, i int8) bool {
-		ownBlocked := w.claim.exists && w.claim.owner == i && w.claim.status == ClaimBlocked
+		ownBlocked := w.claim.exists && w.claim.owner == i && w.claim.status == mBlocked
 		return otherClaimUnsettled(w, i) || ownBlocked || deferredAhead(w, i)
 	}
 	r.mayTake = func(w world, i int8) bool {
-		ownWaits := w.claim.exists && w.claim.owner == i && (w.claim.status == ClaimBlocked || w.claim.status == ClaimPending && w.claim.parked)
+		ownWaits := w.claim.exists && w.claim.owner == i && (w.claim.status == mBlocked || w.claim.status == mPending && w.claim.parked)
 		return !otherClaimUnsettled(w, i) && !ownWaits && !deferredAhead(w, i)
 	}
 	r.senderWaitsOnPause = func(int8) bool { return true }

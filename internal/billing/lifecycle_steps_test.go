@@ -91,7 +91,7 @@ func (s *stepper) claimStep(i, by int8) {
 			return
 		}
 		n := w
-		n.claim = claimM{exists: true, owner: i, creator: by + 1, status: ClaimPending}
+		n.claim = claimM{exists: true, owner: i, creator: by + 1, status: mPending}
 		n.ev[i].att[by].pc, n.ev[i].att[by].created = pcSend, true
 		s.add(name+" claims the order", n)
 		return
@@ -107,8 +107,8 @@ func (s *stepper) claimStep(i, by int8) {
 		s.add(name+" finds its own pending claim: charge again", n)
 	case verdictBlock:
 		n := w
-		if n.claim.status == ClaimPending {
-			n.claim.status = ClaimBlocked
+		if n.claim.status == mPending {
+			n.claim.status = mBlocked
 		}
 		s.fail(n, i, by, err, name+" finds its own claim past block-after: blocks it")
 	case verdictReclaim:
@@ -148,7 +148,7 @@ func (s *stepper) sendStep(i, by int8) {
 	// still pending.
 	first := a.created && !a.unknown
 	if !a.created || !first && s.r.recordsSend(true, false) {
-		if !w.claim.exists || w.claim.owner != i || w.claim.status != ClaimPending {
+		if !w.claim.exists || w.claim.owner != i || w.claim.status != mPending {
 			n.ev[i].att[by].pc = pcClaim
 			s.add(name+": claim moved before the send; decide again", n)
 			return
@@ -177,7 +177,7 @@ func (s *stepper) awaitStep(i, by int8) {
 		n.claim.held--
 	}
 	if a.req.processed {
-		s.answered(n, i, by, a.req.answer, name+" gets "+answerName(a.req.answer))
+		s.answered(n, i, by, a.req.answer.a(), name+" gets "+answerName(a.req.answer.a()))
 	} else if !abandon(&n, i, a.req) {
 		return
 	}
@@ -208,7 +208,7 @@ func (s *stepper) answered(w world, i, by int8, ans Answer, label string) {
 	if ans == AnswerCharged {
 		n := w
 		if n.claim.exists && n.claim.owner == i {
-			n.claim.status, n.claim.parked = ClaimCharged, false
+			n.claim.status, n.claim.parked = mCharged, false
 			s.finish(n, i, by, outCharged, label+": recorded charged")
 			return
 		}
@@ -223,10 +223,10 @@ func (s *stepper) answered(w world, i, by int8, ans Answer, label string) {
 	if ans == AnswerUnknown {
 		n.ev[i].att[by].unknown = true
 	}
-	if n.claim.exists && n.claim.owner == i && n.claim.status == ClaimPending {
+	if n.claim.exists && n.claim.owner == i && n.claim.status == mPending {
 		switch s.r.next(ClaimFacts{Answer: ans, Actor: actor, UnknownSeen: n.ev[i].att[by].unknown, OthersSent: n.claim.othersSent}) {
 		case ClaimBlocked:
-			n.claim.status = ClaimBlocked
+			n.claim.status = mBlocked
 		case ClaimReleased:
 			if s.r.mayRelease(n.claim, i, by) {
 				n.claim = claimM{}
@@ -258,7 +258,7 @@ func (s *stepper) fail(w world, i, by int8, err error, label string) {
 		case actDeadLetter:
 			s.deadLetter(n, i, by, reasonBit(err), label+"; dead-lettered "+fault.KindOf(err).String())
 		case actPark:
-			if n.claim.exists && n.claim.owner == i && n.claim.status == ClaimPending {
+			if n.claim.exists && n.claim.owner == i && n.claim.status == mPending {
 				n.claim.parked, n.claim.othersSent = true, true
 				s.r.parkKeeps(&n, i)
 				s.finish(n, i, by, outParked, label+"; parked")
@@ -346,8 +346,8 @@ func (s *stepper) decideDeferred(i int8) {
 func (s *stepper) provider() {
 	w := s.from
 	process := func(key int8, orphan bool, label string, set func(n *world, ans Answer)) {
-		answers := []Answer{w.keys[key]}
-		if w.keys[key] == AnswerNone {
+		answers := []Answer{w.keys[key].a()}
+		if w.keys[key].a() == AnswerNone {
 			answers = []Answer{AnswerCharged, AnswerRefused}
 		}
 		if orphan {
@@ -356,7 +356,7 @@ func (s *stepper) provider() {
 		for _, ans := range answers {
 			n := w
 			if ans != AnswerUnknown {
-				n.keys[key] = ans
+				n.keys[key] = manswer(ans)
 			}
 			set(&n, ans)
 			s.add("provider answers "+label+": "+answerName(ans), n)
@@ -366,7 +366,7 @@ func (s *stepper) provider() {
 		for by, a := range w.ev[i].att {
 			if a.pc == pcAwait && !a.req.processed {
 				process(i, false, eventNames[i]+"'s request", func(n *world, ans Answer) {
-					n.ev[i].att[by].req.processed, n.ev[i].att[by].req.answer = true, ans
+					n.ev[i].att[by].req.processed, n.ev[i].att[by].req.answer = true, manswer(ans)
 				})
 			}
 		}
@@ -378,7 +378,7 @@ func (s *stepper) provider() {
 	}
 	if c := w.comp; c.busy && !c.req.processed {
 		process(c.key, false, "the completer's request for "+eventNames[c.key], func(n *world, ans Answer) {
-			n.comp.req.processed, n.comp.req.answer = true, ans
+			n.comp.req.processed, n.comp.req.answer = true, manswer(ans)
 		})
 	}
 }
