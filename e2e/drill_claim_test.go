@@ -178,7 +178,11 @@ func TestDrillBlockedClaimRunbook(t *testing.T) {
 	const orderA, orderB = 9100001, 9100002
 	addr := kafkatest.FreePort(t)
 	p := w.start(t, []string{"BILLING_HTTP_ADDR=" + addr, "BILLING_PAYMENT_TIMEOUT=1s", "BILLING_CLAIM_BLOCK_AFTER=6s",
-		"BILLING_OUTAGE_AFTER=5m", "BILLING_OUTAGE_THRESHOLD=0", "BILLING_PARK_AFTER=5m"}, "run")
+		"BILLING_OUTAGE_AFTER=5m", "BILLING_OUTAGE_THRESHOLD=0", "BILLING_PARK_AFTER=5m",
+		// The operator waits for a claim's last send's deadline (1s + 3s)
+		// plus this bound: both orders' last sends are long over when the
+		// runbook runs (SPEC §11 I5).
+		"BILLING_DB_TIMEOUT=3s", "BILLING_PROVIDER_MAX_PROCESSING=1s"}, "run")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := p.WaitReady(ctx, addr); err != nil {

@@ -104,7 +104,12 @@ func claimOn(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, stdou
 	if err != nil && !errors.Is(err, billing.ErrNoClaim) {
 		return schemaHint(err)
 	}
+	sends, err := billing.ClaimSends(ctx, pool, req.OrderID, cl)
+	if err != nil {
+		return schemaHint(err)
+	}
 	printClaim(stdout, req.OrderID, cl, trail)
+	printSends(stdout, sends)
 	if cl == nil && sub == "show" {
 		return fmt.Errorf("claim show: order %d: %w", req.OrderID, billing.ErrNoClaim)
 	}
@@ -178,6 +183,30 @@ func schemaHint(err error) error {
 	return err
 }
 
+// stamp formats a time of the ledger, "-" for none.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// printSends writes every recorded send of the order's claims and who
+// made it (SPEC §11 I5).
+func printSends(w io.Writer, sends []billing.Send) {
+	if len(sends) == 0 {
+		fmt.Fprintln(w, "sends: none recorded")
+		return
+	}
+	fmt.Fprintln(w, "sends:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SENT AT\tIN FLIGHT UNTIL\tEVENT\tSENDER\tHOST")
+	for _, s := range sends {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", stamp(s.SentAt), stamp(s.InFlightUntil), s.EventID, s.SenderLabel(), s.Host)
+	}
+	_ = tw.Flush()
+}
+
 // printClaim writes the claim (or that there is none) and its audit trail.
 func printClaim(w io.Writer, order int64, cl *billing.OperatorClaim, trail []billing.AuditEntry) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -190,6 +219,7 @@ func printClaim(w io.Writer, order int64, cl *billing.OperatorClaim, trail []bil
 			fmt.Fprintf(tw, "charged at\t%s\n", cl.ChargedAt.UTC().Format(time.RFC3339))
 		}
 		fmt.Fprintf(tw, "settle attempts\t%d\nlast error\t%s\n", cl.SettleAttempts, cl.LastError)
+		fmt.Fprintf(tw, "in flight until\t%s\ndecisions allowed from\t%s\n", stamp(cl.InFlightUntil), stamp(cl.DecideAfter))
 	}
 	_ = tw.Flush()
 	if len(trail) == 0 {

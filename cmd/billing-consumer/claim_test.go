@@ -75,3 +75,40 @@ func TestClaimAndPauseOnUnmigratedDatabase(t *testing.T) {
 		}
 	}
 }
+
+// claim show prints every recorded send of the claim and who made it (the
+// creator's first send, its retries, a redelivery, the completer), and
+// claim release, refused while a request may be in flight, says from when
+// it is allowed (SPEC §11 I5).
+func TestClaimShowsSendsAndRefusesInFlight(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	const order = 4242
+	_, err := pool.Exec(ctx, `INSERT INTO charge (order_id, event_id, customer_id, amount, status, claim_token, claimed_by, in_flight_until, decide_after)
+VALUES ($1, gen_random_uuid(), 42, 99.90, 'blocked', gen_random_uuid(), 'pod-a', now() + interval '20 seconds', now() + interval '5 minutes 20 seconds')`, order)
+	if err == nil {
+		_, err = pool.Exec(ctx, `INSERT INTO claim_send (order_id, event_id, sender, host, in_flight_until)
+SELECT order_id, event_id, s, h, now() + interval '20 seconds' FROM charge, (VALUES ('creator', 'pod-a'), ('redelivery', 'pod-b'), ('completer', 'pod-c')) AS v(s, h)
+WHERE order_id = $1`, order)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	setEnv(t, validEnv, map[string]string{"BILLING_DATABASE_URL": pool.Config().ConnString()})
+	var stdout, stderr bytes.Buffer
+	if err := run(ctx, []string{"claim", "show", "--order", "4242"}, &stdout, &stderr); err != nil {
+		t.Fatalf("claim show: %v\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"decisions allowed from", "sends:", "creator (first send, recorded by the claim)", "pod-a", "redelivery", "pod-b", "completer", "pod-c"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("claim show lacks %q:\n%s", want, out)
+		}
+	}
+	stdout.Reset()
+	err = run(ctx, []string{"claim", "release", "--order", "4242", "--reason", "r", "--provider-holds-no-charge", "--operator", "alice"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "may still be in flight") || !strings.Contains(err.Error(), "allowed from") {
+		t.Fatalf("claim release while in flight: %v; want refused, saying from when it is allowed", err)
+	}
+	t.Logf("refused: %v", err)
+}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/billing-consumer/billing-consumer/internal/billing"
 )
 
 // envPrefix is the prefix of every variable billing-consumer reads.
@@ -64,6 +66,9 @@ type config struct {
 	CompleterInterval time.Duration `split_words:"true" default:"15s" desc:"how often the running service settles stale pending ledger claims (one replica at a time, by advisory lock)"`
 	CompleterAfter    time.Duration `split_words:"true" default:"1m" desc:"age from which a pending ledger claim is settled by the completer, re-sending its stored request (same key, same body); above BILLING_PAYMENT_TIMEOUT"`
 	ClaimBlockAfter   time.Duration `split_words:"true" default:"1h" desc:"a pending claim whose outcome is still unknown this long after it was made becomes blocked for an operator; keep it well below the provider's idempotency-key retention (24h at Stripe)"`
+	// ProviderMaxProcessing bounds what the provider does after the client
+	// gave up (SPEC §11 I5).
+	ProviderMaxProcessing time.Duration `split_words:"true" default:"5m" desc:"how long the provider may still finish a charge request after the client gave up on it (its own processing bound; ask the provider). Every send records its deadline (BILLING_PAYMENT_TIMEOUT plus BILLING_DB_TIMEOUT after the record, nothing sent later) plus this bound in the ledger, and claim release and claim mark-charged refuse until then"`
 
 	OutageThreshold int `split_words:"true" default:"10" desc:"distinct events failing transiently in a row (no success between) that mean the provider or database is down: the service then pauses instead of dead-lettering; 0 disables"`
 
@@ -225,6 +230,24 @@ func (c config) dbMaxConns() int32 {
 
 // reservedConns are the pool's connections kept from billing.
 const reservedConns = 4
+
+// sends is how a sender on host records its sends (SPEC §11 I5). Its
+// deadline D covers everything after the record: the charge transaction's
+// statements before the request (one BILLING_DB_TIMEOUT for them all: a
+// slower start leaves the request less time, never more) and the request
+// (BILLING_PAYMENT_TIMEOUT).
+func (c config) sends(host string) billing.SendConfig {
+	return billing.SendConfig{Deadline: c.PaymentTimeout + c.DBTimeout, ProviderMaxProcessing: c.ProviderMaxProcessing, Host: host}
+}
+
+// hostname names a one-shot command's process in the ledger's records.
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "billing-consumer"
+	}
+	return h
+}
 
 func (c config) logLevel() (slog.Level, error) {
 	var l slog.Level

@@ -22,11 +22,12 @@ import (
 )
 
 // completer builds the ledger completer of the service and of reconcile;
-// paused is its check of an operator's pause (billing.Completer.Paused).
-func completer(cfg config, pool *pgxpool.Pool, charger billing.Charger, logger *slog.Logger, paused func() bool) *billing.Completer {
+// its sends are recorded under sender, from host; paused is its check of
+// an operator's pause (billing.Completer.Paused).
+func completer(cfg config, pool *pgxpool.Pool, charger billing.Charger, logger *slog.Logger, sender, host string, paused func() bool) *billing.Completer {
 	return &billing.Completer{
 		Pool: pool, Charger: charger, After: cfg.CompleterAfter, BlockAfter: cfg.ClaimBlockAfter,
-		DBTimeout: cfg.DBTimeout, Now: time.Now, Logger: logger, Paused: paused,
+		DBTimeout: cfg.DBTimeout, Now: time.Now, Logger: logger, Sends: cfg.sends(host), Sender: sender, Paused: paused,
 	}
 }
 
@@ -77,7 +78,7 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	paused := &reconcilePause{ctx: ctx, pool: pool, group: cfg.KafkaGroupID, timeout: cfg.DBTimeout}
-	rep, err := completer(cfg, pool, charger, logger, paused.paused).RunOnce(ctx, billing.PassOptions{OlderThan: *olderThan, DryRun: *dryRun, ListBlocked: true})
+	rep, err := completer(cfg, pool, charger, logger, billing.SenderReconcile, hostname(), paused.paused).RunOnce(ctx, billing.PassOptions{OlderThan: *olderThan, DryRun: *dryRun, ListBlocked: true})
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}

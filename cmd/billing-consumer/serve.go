@@ -71,7 +71,7 @@ func (s *service) loops() []loop {
 		{"group assignment", false, func(ctx context.Context) { s.group.run(ctx, cfg.KafkaLagInterval) }},
 		{"schema guard", false, func(ctx context.Context) { s.guard.run(ctx, migrations.HeartbeatInterval, s.logger.Warn) }},
 		{"ledger completer", true, func(ctx context.Context) {
-			completer(cfg, s.pool, s.payer.ForBilling(), s.logger, s.paused).Run(ctx, cfg.CompleterInterval, s.completerPass)
+			completer(cfg, s.pool, s.payer.ForBilling(), s.logger, billing.SenderCompleter, s.replica, s.paused).Run(ctx, cfg.CompleterInterval, s.completerPass)
 		}},
 		{"deferred decisions", true, func(ctx context.Context) { s.handler.RunDeferred(ctx, time.Second) }},
 		{"pause watch", false, s.pause.Run},

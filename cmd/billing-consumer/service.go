@@ -51,6 +51,7 @@ type service struct {
 	consume  func(context.Context) error // consumer.Run; a test may replace it
 	group    *groupWatcher               // the brokers' view of the group's assignment
 	guard    *schemaGuard                // the schema accepts this binary; its registration
+	replica  string                      // this replica's id in billing_replica and claim_send
 	// stopConsuming ends the consumer's context without ending Run's: the
 	// guard calls it (through refuse) when the schema stops accepting
 	// this binary. Set by Run before the loops start.
@@ -106,6 +107,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 	s.onClose(s.pool.Close)
 	s.pause = pauseWatcher(s)
 	id := replicaID()
+	s.replica = id
 	s.guard = &schemaGuard{
 		register: func(ctx context.Context) error {
 			return migrations.Register(ctx, s.pool, id, version, cfg.KafkaGroupID)
@@ -140,7 +142,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 
 	s.payer = payer
 	svc, err := billing.New(billing.Config{DB: s.pool, Charger: payer.ForBilling(), Group: cfg.KafkaGroupID,
-		Now: time.Now, Logger: s.logger, DBTimeout: cfg.DBTimeout, ClaimBlockAfter: cfg.ClaimBlockAfter, Paused: s.paused})
+		Now: time.Now, Logger: s.logger, DBTimeout: cfg.DBTimeout, ClaimBlockAfter: cfg.ClaimBlockAfter, Sends: cfg.sends(id), Paused: s.paused})
 	if err != nil {
 		return nil, err
 	}

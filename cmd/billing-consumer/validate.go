@@ -73,6 +73,9 @@ func (c config) validate(n need) []string {
 	if c.CompleterAfter <= 0 {
 		v("COMPLETER_AFTER", "must be positive, got %s", c.CompleterAfter)
 	}
+	if c.ProviderMaxProcessing <= 0 {
+		v("PROVIDER_MAX_PROCESSING", "must be positive, got %s", c.ProviderMaxProcessing)
+	}
 	if c.ClaimBlockAfter <= c.CompleterAfter {
 		v("CLAIM_BLOCK_AFTER", "must exceed BILLING_COMPLETER_AFTER (%s), got %s", c.CompleterAfter, c.ClaimBlockAfter)
 	}

@@ -136,6 +136,10 @@ type Config struct {
 	// charges again): it blocks the claim and is held behind it (ErrHeld).
 	// Zero means no limit.
 	ClaimBlockAfter time.Duration
+	// Sends says how every send of a claim's request is recorded before it
+	// leaves (SPEC §11 I5): the sender's deadline D and the provider's
+	// bound, and this replica's name.
+	Sends SendConfig
 	// Paused reports whether an operator's pause is in force (SPEC §11
 	// I4); nil means never paused. Process consults it before it claims
 	// and again right before the requests leave, and answers ErrPaused
@@ -154,6 +158,7 @@ type Service struct {
 	dbTimeout time.Duration
 	// claimBlockAfter is Config.ClaimBlockAfter.
 	claimBlockAfter time.Duration
+	sends           SendConfig
 	// pausedFn is Config.Paused.
 	pausedFn func() bool
 }
@@ -167,7 +172,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.DBTimeout = 10 * time.Second
 	}
 	return &Service{db: cfg.DB, charger: cfg.Charger, group: cfg.Group, now: cfg.Now,
-		logger: cfg.Logger, dbTimeout: cfg.DBTimeout, claimBlockAfter: cfg.ClaimBlockAfter, pausedFn: cfg.Paused}, nil
+		logger: cfg.Logger, dbTimeout: cfg.DBTimeout, claimBlockAfter: cfg.ClaimBlockAfter, sends: cfg.Sends.withDefaults(), pausedFn: cfg.Paused}, nil
 }
 
 // Process charges the order of ev at most once, ever.

@@ -66,9 +66,11 @@ func (e *env) blockedClaim(t *testing.T, ev events.OrderConfirmed, park bool) {
 }
 
 // operator applies action to order's claim as `claim release` (the
-// provider holds nothing) or `claim mark-charged` do.
+// provider holds nothing) or `claim mark-charged` do, once the runbook's
+// wait for the requests in flight is over (SPEC §11 I5).
 func (e *env) operator(t *testing.T, order int64, action billing.OperatorAction) {
 	t.Helper()
+	e.inFlightOver(t, order)
 	req := billing.OperatorRequest{OrderID: order, Action: action, Operator: "test", Reason: "provider checked",
 		ProviderHoldsNoCharge: action == billing.ActionRelease}
 	if action == billing.ActionMarkCharged {

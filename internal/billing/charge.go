@@ -30,9 +30,9 @@ type response struct {
 }
 
 // charge charges the claimed ev in one transaction for attempt att;
-// created says whether att created the claim.
+// created says whether att created the claim. Its send is recorded anew.
 func (s *Service) charge(ctx context.Context, ev events.OrderConfirmed, created bool, att *attempt, withDedup bool) (Result, error) {
-	out, err := s.chargeAll(ctx, []events.OrderConfirmed{ev}, []bool{created}, []*attempt{att}, withDedup, nil)
+	out, err := s.chargeAll(ctx, []events.OrderConfirmed{ev}, []bool{created}, []bool{false}, s.sends.deadline(), []*attempt{att}, withDedup, nil)
 	if err != nil {
 		return Result{}, err
 	}
@@ -40,9 +40,11 @@ func (s *Service) charge(ctx context.Context, ev events.OrderConfirmed, created 
 }
 
 // chargeAll is the charge phase for events whose orders they have claimed
-// (distinct event ids). The events whose claims their attempts did not
-// create first record that they send (markSent, committed on its own).
-// Then one transaction: the processed_event rows (unless withDedup is
+// (distinct event ids). The events whose sends the claim statement did
+// not record (recorded[i] false: a retry of the creator, or another
+// attempt) first record that they send (markSent, committed on its own;
+// SPEC §11 I5). No request is sent after deadline, which the caller fixed
+// before any of the sends was recorded. Then one transaction: the processed_event rows (unless withDedup is
 // false), the charges in parallel (on pool, nil for one event), the claims
 // of the charged events marked 'charged', one COMMIT. A failed charge
 // fails its own event only; the claims of the failed events then move as
@@ -57,9 +59,9 @@ func (s *Service) charge(ctx context.Context, ev events.OrderConfirmed, created 
 //
 // atts[i] is evs[i]'s attempt: a request sent without a definite answer
 // marks it unknown, so that none of its later refusals releases the claim.
-func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, created []bool, atts []*attempt, withDedup bool, pool *workers) ([]response, error) {
+func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, created, recorded []bool, deadline time.Time, atts []*attempt, withDedup bool, pool *workers) ([]response, error) {
 	out := make([]response, len(evs))
-	mayCharge, err := s.recordSends(ctx, evs, created, out)
+	mayCharge, err := s.recordSends(ctx, evs, created, recorded, out)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +91,7 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 		pausedAt(evs, send, out)
 		return out, nil
 	}
-	s.sendAll(ctx, evs, send, out, pool)
+	s.sendAll(ctx, evs, send, deadline, out, pool)
 
 	var charged, failed []int
 	for _, i := range send {
@@ -127,15 +129,16 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 // processAll decides it again from the ledger at once.
 var errMovedMeanwhile = errors.New("the claim was released or settled before its request was sent; nothing sent, deciding again")
 
-// recordSends runs markSent for the events that did not create their
-// claims and returns the indexes of the events that may be charged: those
-// that created their claim, and those whose claim is still pending. The
-// others get a Transient error (nothing sent; their retry decides again
-// from the ledger). Its error means that nothing may be sent.
-func (s *Service) recordSends(ctx context.Context, evs []events.OrderConfirmed, created []bool, out []response) ([]int, error) {
+// recordSends runs markSent for the events whose sends the claim
+// statement did not record and returns the indexes of the events that may
+// be charged: those the claim statement recorded, and those whose claim is
+// still pending. The others get a Transient error (nothing sent; their
+// retry decides again from the ledger). Its error means that nothing may
+// be sent.
+func (s *Service) recordSends(ctx context.Context, evs []events.OrderConfirmed, created, recorded []bool, out []response) ([]int, error) {
 	var others []int
 	for i := range evs {
-		if !created[i] {
+		if !recorded[i] {
 			others = append(others, i)
 		}
 	}
@@ -146,13 +149,20 @@ func (s *Service) recordSends(ctx context.Context, evs []events.OrderConfirmed, 
 		}
 		return all, nil
 	}
-	pending, err := s.markSent(ctx, evs, others)
+	orders, ids, senders := make([]int64, len(others)), make([][16]byte, len(others)), make([]string, len(others))
+	for k, i := range byOrder(evs, others) {
+		orders[k], ids[k], senders[k] = evs[i].OrderID, evs[i].EventID, SenderRedelivery
+		if created[i] {
+			senders[k] = SenderCreator
+		}
+	}
+	pending, err := markSent(ctx, s.db, s.dbTimeout, s.sends, orders, ids, senders)
 	if err != nil {
 		return nil, err
 	}
 	may := make([]int, 0, len(evs))
 	for i, ev := range evs {
-		if created[i] || pending[ev.EventID] {
+		if recorded[i] || pending[ev.EventID] {
 			may = append(may, i)
 			continue
 		}
@@ -262,7 +272,10 @@ func (s *Service) markProcessed(ctx context.Context, tx pgx.Tx, evs []events.Ord
 
 // sendAll charges evs[idx] concurrently and fills in out once every
 // charge has answered: the first on this goroutine, the others on pool.
-func (s *Service) sendAll(ctx context.Context, evs []events.OrderConfirmed, idx []int, out []response, pool *workers) {
+// No request leaves after deadline (the Charger's context ends then).
+func (s *Service) sendAll(ctx context.Context, evs []events.OrderConfirmed, idx []int, deadline time.Time, out []response, pool *workers) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	send := func(i int) {
 		r, err := s.charger.Charge(ctx, chargeOf(evs[i]))
 		if err != nil {

@@ -71,6 +71,11 @@ type Completer struct {
 	// its full passes; zero means 1 s. ParkedBackoffMax caps a parked
 	// claim's re-send backoff (from 1 s, doubling); zero means 10 s.
 	ParkedEvery, ParkedBackoffMax time.Duration
+	// Sends is how its sends are recorded before they leave (SPEC §11
+	// I5), and Sender the name they are recorded under: SenderCompleter
+	// ("" too) or SenderReconcile.
+	Sends  SendConfig
+	Sender string
 	// Now stamps charged_at on the claims the completer charges. Ages of
 	// claims (After, BlockAfter, the counts) are the database's clock,
 	// never this one (SPEC §10).

@@ -519,6 +519,7 @@ func TestADeferredEventBehindABlockedClaimWaitsForTheOperator(t *testing.T) {
 			if e.status(t, order) != "blocked" || e.deferredRows(t) != 1 || len(dl.why) != 0 {
 				t.Fatalf("before the operator: claim %q, %d deferred rows, dead letters %v; want blocked, 1, none", e.status(t, order), e.deferredRows(t), dl.why)
 			}
+			e.inFlightOver(t, order) // the operator waits for decide_after (SPEC §11 I5)
 			req := billing.OperatorRequest{OrderID: order, Action: action, Operator: "test", Reason: "provider checked",
 				ProviderHoldsNoCharge: action == billing.ActionRelease, ChargeID: map[bool]string{true: "ch_by_operator"}[action == billing.ActionMarkCharged]}
 			if _, err := billing.ApplyOperator(ctx, e.pool, discard(), req); err != nil {

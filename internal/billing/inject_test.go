@@ -109,7 +109,7 @@ func opName(sql string) string {
 		return "dedup insert"
 	case len(f) >= 2 && f[0] == "UPDATE" && strings.Contains(sql, "'charged'"):
 		return "record"
-	case len(f) >= 1 && f[0] == "UPDATE" && strings.Contains(sql, "others_sent_at"):
+	case len(f) >= 1 && (f[0] == "UPDATE" || strings.HasPrefix(sql, "WITH sent AS")) && strings.Contains(sql, "others_sent_at"):
 		return "mark sent"
 	case len(f) >= 1 && f[0] == "SELECT" && strings.Contains(sql, "FOR KEY SHARE"):
 		return "claim hold"

@@ -40,8 +40,13 @@ type Claim struct {
 // claimSQL does not claim an order that an event deferred before this one
 // holds (deferred.go, aheadSQL; $6 is the consumer group): that event is
 // decided first, and the lookup that follows says so (heldSQL).
-var claimSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token)
-SELECT o, e, c, a::numeric, now(), now(), 'pending', t
+//
+// It records the creator's first send too (sends.go): $7 and $8 are D and
+// D plus the provider's bound in milliseconds, $9 the replica.
+var claimSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token,
+in_flight_until, decide_after, claimed_by)
+SELECT o, e, c, a::numeric, now(), now(), 'pending', t,
+now() + $7 * interval '1 millisecond', now() + $8 * interval '1 millisecond', $9
 FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[], $5::uuid[]) WITH ORDINALITY AS v(o, e, c, a, t, n)
 WHERE NOT EXISTS (` + ahead("$6", "v.o", "v.e") + `)
 ORDER BY o, n
@@ -126,10 +131,11 @@ func decide(row Claim, found bool, ev events.OrderConfirmed, blockAfter time.Dur
 type claimed struct {
 	// charge is true when the event must be charged: created says whether
 	// this attempt created the claim (only then may a definite refusal
-	// release it).
-	charge, created bool
-	res             Result
-	err             error
+	// release it), recorded whether the claim statement that created it
+	// just now recorded its send (else markSent must, before it is sent).
+	charge, created, recorded bool
+	res                       Result
+	err                       error
 }
 
 // claimAll claims the orders of evs, which must have distinct event ids,
@@ -174,7 +180,8 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 	}
 	cctx, cancel := s.live(ctx)
 	defer cancel()
-	rows, err := s.db.Query(cctx, claimSQL, orders, ids, customers, amounts, tokens, s.group)
+	inFlight, decideAfter := s.sends.args()
+	rows, err := s.db.Query(cctx, claimSQL, orders, ids, customers, amounts, tokens, s.group, inFlight, decideAfter, s.sends.Host)
 	if err != nil {
 		return todo, classifyDB(fmt.Errorf("claim %d orders: %w", len(todo), err))
 	}
@@ -188,7 +195,7 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 	var lost []int
 	for _, i := range todo {
 		if isWon[evs[i].EventID] {
-			out[i] = claimed{charge: true, created: true}
+			out[i] = claimed{charge: true, created: true, recorded: true}
 		} else {
 			lost = append(lost, i)
 		}
@@ -305,25 +312,6 @@ func scanClaim(row pgx.CollectableRow) (Claim, error) {
 	return c, nil
 }
 
-// markSent records durably, in a statement committed on its own before
-// any request leaves the process, that an attempt other than the creator
-// sends the requests of evs[idx] (charge.others_sent_at), and returns the
-// event ids whose claims are still pending: only those may be sent. From
-// then on the creator can no longer release them (releaseSQL). Its error
-// means that nothing may be sent.
-func (s *Service) markSent(ctx context.Context, evs []events.OrderConfirmed, idx []int) (map[uuid.UUID]bool, error) {
-	orders, ids := make([]int64, len(idx)), make([][16]byte, len(idx))
-	for k, i := range byOrder(evs, idx) {
-		orders[k], ids[k] = evs[i].OrderID, evs[i].EventID
-	}
-	return markSent(ctx, s.db, s.dbTimeout, orders, ids)
-}
-
-// markSentSQL sets others_sent_at on the pending claims of the pairs given.
-const markSentSQL = `UPDATE charge c SET others_sent_at = coalesce(c.others_sent_at, now())
-FROM unnest($1::bigint[], $2::uuid[]) AS v(o, e)
-WHERE c.order_id = v.o AND c.event_id = v.e AND c.status = 'pending' RETURNING c.event_id`
-
 // idSet is the set of ids, for the statements that answer the event ids
 // they claimed, marked, held or released.
 func idSet(ids []uuid.UUID) map[uuid.UUID]bool {
@@ -341,26 +329,6 @@ func byOrder(evs []events.OrderConfirmed, idx []int) []int {
 	sorted := slices.Clone(idx)
 	slices.SortFunc(sorted, func(a, b int) int { return cmp.Compare(evs[a].OrderID, evs[b].OrderID) })
 	return sorted
-}
-
-// querier is what markSent needs: a pool, or one of its connections.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-// markSent is Service.markSent's statement, shared with the completer.
-func markSent(ctx context.Context, db querier, timeout time.Duration, orders []int64, ids [][16]byte) (map[uuid.UUID]bool, error) {
-	mctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	rows, err := db.Query(mctx, markSentSQL, orders, ids)
-	if err != nil {
-		return nil, classifyDB(fmt.Errorf("record the send of %d claims: %w", len(orders), err))
-	}
-	marked, err := dedup.CollectUUIDs(rows)
-	if err != nil {
-		return nil, classifyDB(fmt.Errorf("record the send of %d claims: %w", len(orders), err))
-	}
-	return idSet(marked), nil
 }
 
 // release deletes the claims of evs, each created by the attempt whose

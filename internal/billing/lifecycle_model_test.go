@@ -290,6 +290,17 @@ func (w *world) inFlight(key int8, recordedOnly bool) bool {
 	return e.orphans[1] > 0 || !recordedOnly && e.orphans[0] > 0
 }
 
+// recordedUnsent reports whether an attempt of key has its first send
+// recorded by the claim's insert but not sent yet (its deadline runs).
+func (w *world) recordedUnsent(key int8) bool {
+	for _, a := range w.ev[key].att {
+		if a.pc == pcSend && a.created && !a.unknown {
+			return true
+		}
+	}
+	return false
+}
+
 // show renders a state for a counterexample.
 func (w world) show() string {
 	var b strings.Builder

@@ -168,9 +168,10 @@ func decideBefore29(row Claim, found bool, ev events.OrderConfirmed, blockAfter 
 // the operator's transition as they are, the statements' guards written
 // as functions (deferSQL, takeDeferredSQL, releaseSQL, claimSQL's ahead),
 // every sender checking the pause (SPEC §11 I4), the failure policy
-// (policy.Decide: an event behind a blocked claim deferred at once), and
+// (policy.Decide: an event behind a blocked claim deferred at once),
 // parking that keeps the record in a deferred row waiting on its own
-// claim.
+// claim, and every send recorded with the operator waiting for it (SPEC
+// §11 I5).
 func productionRules() modelRules {
 	r := rulesBefore29()
 	r.name = "this code"
@@ -186,6 +187,14 @@ func productionRules() modelRules {
 	r.senderWaitsOnPause = func(int8) bool { return true }
 	r.completerWaitsOnPause = func() bool { return true }
 	r.policy = func(w world, i, by int8, err error) []action { return decidePolicy(w, i, by, err, r.mayDefer) }
+	// Every send, the creator's first (claimSQL) and retries included, is
+	// recorded before it leaves (markSent), and the operator refuses while
+	// a recorded request may be in flight or still be finished by the
+	// provider (checkInFlight: decide_after; SPEC §11 I5).
+	r.recordsSend = func(bool, bool) bool { return true }
+	r.operatorMay = func(w world) bool {
+		return w.claim.held == 0 && !w.inFlight(w.claim.owner, true) && !w.recordedUnsent(w.claim.owner)
+	}
 	r.parkKeeps = func(w *world, i int8) {
 		if w.ev[i].deferred == 0 {
 			w.ev[i].deferred = w.lastDeferred() + 1

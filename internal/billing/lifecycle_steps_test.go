@@ -143,18 +143,22 @@ func (s *stepper) sendStep(i, by int8) {
 		return
 	}
 	n := w
-	if !a.created {
-		// markSent, then the charge transaction's hold.
+	// The claim's insert records the creator's first send; every other
+	// send recorded goes through markSent, which sends only for a claim
+	// still pending.
+	first := a.created && !a.unknown
+	if !a.created || !first && s.r.recordsSend(true, false) {
 		if !w.claim.exists || w.claim.owner != i || w.claim.status != mPending {
 			n.ev[i].att[by].pc = pcClaim
 			s.add(name+": claim moved before the send; decide again", n)
 			return
 		}
+	}
+	if !a.created {
+		// markSent, then the charge transaction's hold.
 		n.claim.othersSent = true
 		n.claim.held++
 	}
-	// The claim's insert records the creator's first send.
-	first := a.created && !a.unknown
 	n.ev[i].att[by].req = requestM{recorded: s.r.recordsSend(a.created, first)}
 	n.sentPause = n.sentPause || n.paused
 	n.ev[i].att[by].pc = pcAwait

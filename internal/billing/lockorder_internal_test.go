@@ -64,10 +64,10 @@ VALUES ($1, $2, 42, 10, now(), now(), 'pending', gen_random_uuid())`, r.o, [16]b
 	markErr := make(chan error, 1)
 	go func() {
 		evs := []events.OrderConfirmed{{OrderID: 2, EventID: y}, {OrderID: 1, EventID: x}} // the batch's order
-		_, err := svc.markSent(ctx, evs, []int{0, 1})
+		_, err := svc.recordSends(ctx, evs, []bool{false, false}, []bool{false, false}, make([]response, 2))
 		markErr <- err
 	}()
-	waitLocked(t, pool, "UPDATE charge c SET others_sent_at%")
+	waitLocked(t, pool, "WITH sent AS (%UPDATE charge c SET others_sent_at%")
 	if err := blocker.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -95,6 +95,12 @@ type OperatorClaim struct {
 	SettleAttempts      int
 	LastError           string
 	ClaimToken          uuid.UUID // zero when the row has none
+	// InFlightUntil is the latest recorded send's deadline, DecideAfter
+	// that plus the provider's bound: release and mark-charged refuse
+	// before it (SPEC §11 I5). ClaimedBy is the replica that made the
+	// claim. All zero for claims made before migration 00010.
+	InFlightUntil, DecideAfter time.Time
+	ClaimedBy                  string
 }
 
 // AuditEntry is one row of claim_audit.
@@ -109,7 +115,8 @@ type AuditEntry struct {
 
 const (
 	operatorColumns = `order_id, event_id, customer_id, amount::text, status, coalesce(provider_charge_id, ''),
-charged_at, claimed_at, settle_attempts, coalesce(last_error, ''), claim_token`
+charged_at, claimed_at, settle_attempts, coalesce(last_error, ''), claim_token,
+in_flight_until, decide_after, coalesce(claimed_by, '')`
 	releaseClaimSQL = `DELETE FROM charge c WHERE order_id = $1 AND event_id = $2 AND status = 'blocked'`
 	markChargedSQL  = `UPDATE charge c SET status = 'charged', provider_charge_id = $3, charged_at = now(), last_error = NULL
 WHERE order_id = $1 AND event_id = $2 AND status = $4 RETURNING to_jsonb(c)`
@@ -152,9 +159,11 @@ FROM claim_audit WHERE order_id = $1 ORDER BY at, id`, order)
 // ApplyOperator makes req's move on the claim of req.OrderID in one
 // transaction: it locks the row, checks the move with the state machine,
 // changes the row only if it still has the status it was read with, and
-// writes the audit row. It returns the claim as it was before, and logs
-// the change. Errors: ErrNoClaim, an ErrUnsafe refusal, or a database
-// error; in every case nothing was changed.
+// writes the audit row. It refuses, with an *InFlightError that says from
+// when the move is allowed, while a request for the claim may still take
+// money (checkInFlight). It returns the claim as it was before, and logs
+// the change. Errors: ErrNoClaim, an ErrUnsafe refusal (an *InFlightError
+// among them), or a database error; in every case nothing was changed.
 func ApplyOperator(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, req OperatorRequest) (OperatorClaim, error) {
 	if strings.TrimSpace(req.Reason) == "" || strings.TrimSpace(req.Operator) == "" {
 		return OperatorClaim{}, fmt.Errorf("%w: an operator and a reason are required", ErrUnsafe)
@@ -173,6 +182,9 @@ func ApplyOperator(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger,
 			return fmt.Errorf("read claim: %w", err)
 		}
 		if next, err = nextStatus(before.Status, req); err != nil {
+			return err
+		}
+		if err := checkInFlight(ctx, tx, before); err != nil {
 			return err
 		}
 		var afterJSON *string
@@ -206,13 +218,20 @@ func ApplyOperator(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger,
 func scanOperatorClaim(row pgx.Row, extra ...any) (OperatorClaim, error) {
 	var c OperatorClaim
 	var token *uuid.UUID
+	var inFlight, decideAfter *time.Time
 	dest := append([]any{&c.OrderID, &c.EventID, &c.CustomerID, &c.Amount, &c.Status, &c.ProviderChargeID,
-		&c.ChargedAt, &c.ClaimedAt, &c.SettleAttempts, &c.LastError, &token}, extra...)
+		&c.ChargedAt, &c.ClaimedAt, &c.SettleAttempts, &c.LastError, &token, &inFlight, &decideAfter, &c.ClaimedBy}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return OperatorClaim{}, err
 	}
 	if token != nil {
 		c.ClaimToken = *token
+	}
+	if inFlight != nil {
+		c.InFlightUntil = *inFlight
+	}
+	if decideAfter != nil {
+		c.DecideAfter = *decideAfter
 	}
 	return c, nil
 }

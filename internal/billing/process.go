@@ -77,20 +77,23 @@ func (s *Service) processOnce(ctx context.Context, batch []events.OrderConfirmed
 		seen[ev.EventID] = true
 		evs, atts, at = append(evs, ev), append(atts, attempts[i]), append(at, i)
 	}
-	toCharge, created := make([]events.OrderConfirmed, 0, n), make([]bool, 0, n)
+	toCharge, created, recorded := make([]events.OrderConfirmed, 0, n), make([]bool, 0, n), make([]bool, 0, n)
 	chargeAtts, chargeAt := make([]*attempt, 0, n), make([]int, 0, n)
+	// Fixed before the claim statement records the first sends (SPEC §11
+	// I5): no request of this round leaves after it.
+	deadline := s.sends.deadline()
 	for k, c := range s.claimAll(ctx, evs, atts) {
 		if !c.charge {
 			out[at[k]] = response{c.res, c.err}
 			continue
 		}
 		toCharge, chargeAt = append(toCharge, evs[k]), append(chargeAt, at[k])
-		created, chargeAtts = append(created, c.created), append(chargeAtts, atts[k])
+		created, recorded, chargeAtts = append(created, c.created), append(recorded, c.recorded), append(chargeAtts, atts[k])
 	}
 	if len(toCharge) == 0 {
 		return out
 	}
-	charged, err := s.chargeAll(ctx, toCharge, created, chargeAtts, true, pool)
+	charged, err := s.chargeAll(ctx, toCharge, created, recorded, deadline, chargeAtts, true, pool)
 	switch {
 	case errors.Is(err, dedup.ErrNoPartition):
 		var wg sync.WaitGroup

@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -67,7 +68,8 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 // settle settles cl by NextClaimStatus: blocked without a re-send when it
 // is older than BlockAfter, else its request re-sent and the answer
 // recorded. Before the request leaves, markSent records, committed, that
-// the completer sends it, so that its creating attempt, refused meanwhile,
+// the completer sends it, until when (Sends; the request never leaves
+// after that deadline), so that its creating attempt, refused meanwhile,
 // can no longer release it; and the settling transaction holds the claim
 // (holdClaims) from before the request to the record, for a binary built
 // before others_sent_at that may run beside this one during an upgrade.
@@ -82,7 +84,9 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim) (S
 		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("outcome still unknown %s after the claim, past the block-after limit: not re-sent", facts.Age.Round(time.Second))
 		return out, c.write(ctx, conn, &out, blockSQL, orders, ids, out.Detail)
 	}
-	pending, err := markSent(ctx, conn, c.dbTimeout(), orders, ids)
+	sends := c.Sends.withDefaults()
+	deadline := sends.deadline() // before the record: SPEC §11 I5
+	pending, err := markSent(ctx, conn, c.dbTimeout(), sends, orders, ids, []string{cmp.Or(c.Sender, SenderCompleter)})
 	if err != nil {
 		return out, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
 	}
@@ -109,7 +113,9 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim) (S
 	if c.paused() { // the pause came since the pass's check: the hold rolls back, nothing sent
 		return out, ErrPaused
 	}
-	r, err := c.Charger.Charge(ctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
+	sctx, cancelSend := context.WithDeadline(ctx, deadline)
+	r, err := c.Charger.Charge(sctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
+	cancelSend()
 	switch {
 	case err != nil && fault.KindOf(err) == fault.Systemic:
 		return out, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)

@@ -329,7 +329,14 @@ func (c *Client) Charge(ctx context.Context, ch Charge) (Result, error) {
 		err  error
 	)
 	if c.fast != nil {
-		res, code, err = c.fast.charge(c, ctx, ch, start.Add(c.timeout))
+		// fasthttp takes no context: its deadline is ctx's too, so that no
+		// request leaves after the caller's deadline (billing records that
+		// deadline before it sends, SPEC §11 I5).
+		deadline := start.Add(c.timeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		res, code, err = c.fast.charge(c, ctx, ch, deadline)
 	} else {
 		res, code, err = c.chargeNetHTTP(ctx, ch)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,6 +142,50 @@ func TestChargeConnectionRefused(t *testing.T) {
 		_, err = c.Charge(t.Context(), testCharge())
 		if e := mustPaymentError(t, err); e.Kind != fault.Transient || e.Status != 0 {
 			t.Errorf("%+v, want Transient without status", e)
+		}
+	})
+}
+
+// A request still waiting for a connection when the caller's deadline
+// passes is never sent, not even once a connection frees up (billing
+// records that deadline before it sends, SPEC §11 I5): one connection,
+// held by a first request; the second gives up at its deadline; after the
+// first answers, a third is sent and answered, and the provider has seen
+// two requests, not three.
+func TestNoRequestLeavesAfterTheCallersDeadline(t *testing.T) {
+	forEachClient(t, func(t *testing.T) {
+		var arrivals atomic.Int32
+		held, free := make(chan struct{}), make(chan struct{})
+		srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body)
+			if arrivals.Add(1) == 1 {
+				close(held)
+				<-free
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"charge_id":"ch_1"}`)
+		}))
+		c := newClient(t, srv.URL, func(cfg *Config) { cfg.MaxConns = 1 })
+		first := make(chan error, 1)
+		go func() {
+			_, err := c.Charge(t.Context(), testCharge())
+			first <- err
+		}()
+		<-held
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		defer cancel()
+		if _, err := c.Charge(ctx, testCharge()); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("second request, waiting for the connection: %v; want DeadlineExceeded", err)
+		}
+		close(free)
+		if err := <-first; err != nil {
+			t.Fatalf("first request: %v", err)
+		}
+		if _, err := c.Charge(t.Context(), testCharge()); err != nil {
+			t.Fatalf("third request: %v", err)
+		}
+		if n := arrivals.Load(); n != 2 {
+			t.Fatalf("the provider saw %d requests, want 2: the second was sent after its caller's deadline", n)
 		}
 	})
 }

@@ -214,6 +214,10 @@ func (call *fastCall) release() {
 	fasthttp.ReleaseResponse(call.resp)
 }
 
+// deadlineSlack is how early fasthttp's timeout may fire before the
+// caller's deadline and still be the caller's.
+const deadlineSlack = 50 * time.Millisecond
+
 // charge is one attempt of Charge on the FastHTTP engine; deadline is the
 // attempt's. When ctx is cancelled before the answer's headers, Charge
 // returns at once (Transient, ctx's error) and the request runs on until
@@ -253,6 +257,12 @@ func (f *fastClient) charge(c *Client, ctx context.Context, ch Charge, deadline 
 		}
 	}
 	defer call.release()
+	if d, ok := ctx.Deadline(); ok && call.err != nil && !d.After(deadline) && time.Until(d) < deadlineSlack {
+		// The caller's deadline cut the request (Charge made it the
+		// request's; fasthttp's timer may fire a hair before it): its
+		// context ends within deadlineSlack, and the error says so.
+		<-ctx.Done()
+	}
 	res, code, err := f.answer(c, ctx, call.resp, call.err, deadline)
 	var pe *Error
 	if errors.As(err, &pe) {

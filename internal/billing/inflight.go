@@ -1,0 +1,142 @@
+package billing
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billing-consumer/billing-consumer/db/migrations"
+)
+
+// The operator's guard against a request in flight (SPEC §11 I5): `claim
+// release` and `claim mark-charged` refuse while the provider may still
+// take the claim's money — until the claim's decide_after (its latest
+// recorded send's deadline plus the provider's bound, sends.go), and while
+// a replica of a binary that does not record its creator's sends still
+// heartbeats. Every bound is read from the database, none from the
+// operator's environment.
+
+// SendsRecordedFrom is the binary level (migration 00010) from which every
+// send of a claim, the creator's included, is recorded. A replica of a
+// lower level sends without a trace, so no operator decision is safe
+// while one runs.
+const SendsRecordedFrom = 10
+
+// InFlightError is ApplyOperator's refusal of a move while a request for
+// the claim may still be in flight, or finished by the provider, or while
+// a replica that does not record its sends runs. It wraps ErrUnsafe.
+type InFlightError struct {
+	// AllowedAt is when the move becomes allowed by the database's clock,
+	// unless another send is recorded meanwhile (or the old replicas keep
+	// running); Wait is how long that is from the refusal.
+	AllowedAt time.Time
+	Wait      time.Duration
+	// Why says what is in flight.
+	Why string
+}
+
+func (e *InFlightError) Error() string {
+	return fmt.Sprintf("%v: %s; allowed from %s (in %s)",
+		ErrUnsafe, e.Why, e.AllowedAt.UTC().Format(time.RFC3339), e.Wait.Round(time.Second))
+}
+
+func (e *InFlightError) Unwrap() error { return ErrUnsafe }
+
+// oldReplicasSQL reads, by the database's clock, now(), and the replicas
+// of a level below $1 whose heartbeat is fresher than $2 ms: how many,
+// when the last of them goes stale, and who they are.
+const oldReplicasSQL = `SELECT now(), count(*), max(heartbeat_at) + $2 * interval '1 millisecond',
+coalesce(string_agg(replica_id || ' (level ' || binary_level || ')', ', ' ORDER BY replica_id), '')
+FROM billing_replica WHERE binary_level < $1 AND heartbeat_at > now() - $2 * interval '1 millisecond'`
+
+// checkInFlight returns an *InFlightError when a move on cl, read FOR
+// UPDATE in tx (so that no send is recorded meanwhile), must wait.
+func checkInFlight(ctx context.Context, tx pgx.Tx, cl OperatorClaim) error {
+	var now time.Time
+	var n int
+	var staleAt *time.Time
+	var who string
+	stale := migrations.ReplicaStaleAfter.Milliseconds()
+	if err := tx.QueryRow(ctx, oldReplicasSQL, SendsRecordedFrom, stale).Scan(&now, &n, &staleAt, &who); err != nil {
+		return fmt.Errorf("read billing_replica: %w", err)
+	}
+	if n > 0 {
+		return &InFlightError{AllowedAt: *staleAt, Wait: staleAt.Sub(now), Why: fmt.Sprintf(
+			"%d replica(s) of a binary below level %d still run (%s): they send without recording it, so a request for this claim may be in flight; finish the upgrade first (a replica that stopped drops out this long after its last heartbeat)",
+			n, SendsRecordedFrom, who)}
+	}
+	if cl.DecideAfter.After(now) {
+		return &InFlightError{AllowedAt: cl.DecideAfter, Wait: cl.DecideAfter.Sub(now), Why: fmt.Sprintf(
+			"a request for this claim may still be in flight (the latest recorded send's deadline is %s) or still be finished by the provider (BILLING_PROVIDER_MAX_PROCESSING after it); later if another send is recorded meanwhile",
+			cl.InFlightUntil.UTC().Format(time.RFC3339))}
+	}
+	return nil
+}
+
+// Send is one recorded send of a claim's request.
+type Send struct {
+	// Sender is SenderCreator, SenderRedelivery, SenderCompleter or
+	// SenderReconcile; FirstSend marks the creator's first send, which the
+	// claim itself records (its InFlightUntil is zero when later sends
+	// have moved the claim's deadline on: only the latest is kept).
+	Sender    string
+	FirstSend bool
+	// EventID is the event whose request was sent (its idempotency key):
+	// after a release, the sends of the order's earlier claims stay.
+	EventID uuid.UUID
+	Host    string
+	SentAt  time.Time
+	// InFlightUntil is the send's deadline: nothing was sent after it.
+	InFlightUntil time.Time
+}
+
+// ClaimSends returns the recorded sends of order's claims, oldest first:
+// the creator's first send of cl (the claim as ShowClaim read it; nil
+// when the order has none), then every other recorded send, also those
+// of claims since released. It changes nothing.
+func ClaimSends(ctx context.Context, pool *pgxpool.Pool, order int64, cl *OperatorClaim) ([]Send, error) {
+	rows, err := pool.Query(ctx, `SELECT sender, event_id, host, sent_at, in_flight_until FROM claim_send WHERE order_id = $1 ORDER BY id`, order)
+	if err != nil {
+		return nil, fmt.Errorf("read the sends of order %d: %w", order, err)
+	}
+	later, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Send, error) {
+		var s Send
+		err := r.Scan(&s.Sender, &s.EventID, &s.Host, &s.SentAt, &s.InFlightUntil)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the sends of order %d: %w", order, err)
+	}
+	if cl == nil || cl.ClaimedBy == "" {
+		return later, nil
+	}
+	first := Send{Sender: SenderCreator, FirstSend: true, EventID: cl.EventID, Host: cl.ClaimedBy, SentAt: cl.ClaimedAt}
+	if !hasLaterSend(later, cl) {
+		first.InFlightUntil = cl.InFlightUntil
+	}
+	return append([]Send{first}, later...), nil
+}
+
+// hasLaterSend reports whether one of sends is a later send of cl's
+// request: then cl's in_flight_until is that send's, not the first's.
+func hasLaterSend(sends []Send, cl *OperatorClaim) bool {
+	for _, s := range sends {
+		if s.EventID == cl.EventID && !s.SentAt.Before(cl.ClaimedAt) {
+			return true
+		}
+	}
+	return false
+}
+
+// SenderLabel is how `claim show` names a send's sender.
+func (s Send) SenderLabel() string {
+	if s.FirstSend {
+		return s.Sender + " (first send, recorded by the claim)"
+	}
+	return strings.TrimSpace(s.Sender)
+}

@@ -1,0 +1,106 @@
+package billing
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/billing-consumer/billing-consumer/internal/dedup"
+)
+
+// Recorded sends (SPEC §11 I5): before any request for a claim leaves the
+// process, its sender commits in_flight_until = now() + D on the claim,
+// where D is the sender's whole deadline, fixed before the record, and it
+// never sends after that deadline: the Charger gets a context that ends
+// then. decide_after = now() + D + the provider's bound goes beside it, so
+// that an operator's `claim release` or `claim mark-charged` (operator.go)
+// can tell from the database alone when no request of the claim can still
+// take money. The creator's first send is recorded by the claim insert
+// (claimSQL); every other — the creator's retries, a redelivery, the
+// completer, reconcile — by markSent, which also adds a claim_send row.
+
+// SendConfig is how a sender records its sends. The zero value is usable
+// (see withDefaults).
+type SendConfig struct {
+	// Deadline is D, a send's whole deadline from the moment it is recorded:
+	// the transaction steps before the request, a wait for a charge worker,
+	// and the request itself (BILLING_PAYMENT_TIMEOUT plus
+	// BILLING_DB_TIMEOUT in the service). A request that has not answered
+	// by then is given up (an unknown outcome); one not yet sent is never
+	// sent. Zero means 30 s.
+	Deadline time.Duration
+	// ProviderMaxProcessing is BILLING_PROVIDER_MAX_PROCESSING: how long
+	// the provider may still finish a request the client gave up on. Zero
+	// adds nothing.
+	ProviderMaxProcessing time.Duration
+	// Host names the sender's replica in claim_send and charge.claimed_by.
+	Host string
+}
+
+func (c SendConfig) withDefaults() SendConfig {
+	if c.Deadline <= 0 {
+		c.Deadline = 30 * time.Second
+	}
+	return c
+}
+
+// deadline is the deadline of a send about to be recorded: fixed before
+// the record, so that the database's now() + D it writes is never earlier.
+func (c SendConfig) deadline() time.Time { return time.Now().Add(c.Deadline) }
+
+// args are the parameters of the statements that record a send: D and
+// D + the provider's bound, in milliseconds.
+func (c SendConfig) args() (inFlight, decideAfter int64) {
+	return c.Deadline.Milliseconds(), (c.Deadline + c.ProviderMaxProcessing).Milliseconds()
+}
+
+// The senders, as claim_send.sender names them.
+const (
+	SenderCreator    = "creator"    // a retry of the attempt that made the claim
+	SenderRedelivery = "redelivery" // another attempt of the claim's event
+	SenderCompleter  = "completer"
+	SenderReconcile  = "reconcile"
+)
+
+// markSentSQL records the sends of the pending claims of the pairs given
+// ($3: each one's sender) and returns those it recorded: only those may be
+// sent. A sender other than the creator also sets others_sent_at, after
+// which the creator can no longer release the claim (releaseSQL).
+const markSentSQL = `WITH sent AS (
+UPDATE charge c SET others_sent_at = CASE WHEN v.who = 'creator' THEN c.others_sent_at ELSE coalesce(c.others_sent_at, now()) END,
+in_flight_until = greatest(c.in_flight_until, now() + $4 * interval '1 millisecond'),
+decide_after = greatest(c.decide_after, now() + $5 * interval '1 millisecond')
+FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS v(o, e, who)
+WHERE c.order_id = v.o AND c.event_id = v.e AND c.status = 'pending' RETURNING c.order_id, c.event_id, v.who),
+logged AS (INSERT INTO claim_send (order_id, event_id, sender, host, in_flight_until)
+SELECT order_id, event_id, who, $6, now() + $4 * interval '1 millisecond' FROM sent)
+SELECT event_id FROM sent`
+
+// querier is what markSent needs: a pool, or one of its connections.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// markSent records durably, in a statement committed on its own before
+// any request leaves the process, that senders[k] sends the request of the
+// claim (orders[k], ids[k]), with cfg's deadline and bound, and returns the
+// event ids whose claims are still pending: only those may be sent. The
+// caller fixed its deadline (cfg.deadline) before calling. Its error means
+// that nothing may be sent. The charge path and the completer share it.
+func markSent(ctx context.Context, db querier, timeout time.Duration, cfg SendConfig, orders []int64, ids [][16]byte, senders []string) (map[uuid.UUID]bool, error) {
+	mctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	inFlight, decideAfter := cfg.args()
+	rows, err := db.Query(mctx, markSentSQL, orders, ids, senders, inFlight, decideAfter, cfg.Host)
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("record the send of %d claims: %w", len(orders), err))
+	}
+	marked, err := dedup.CollectUUIDs(rows)
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("record the send of %d claims: %w", len(orders), err))
+	}
+	return idSet(marked), nil
+}
