@@ -60,6 +60,10 @@ func (s *stepper) deliveries(i int8) {
 		n := w
 		n.budget.replay--
 		n.ev[i].committed = false
+		// A replayed dead letter is spent (dlq replay counts it replayed):
+		// the record is decided again, and only its new dead letters, if
+		// any, are its decision.
+		n.ev[i].dlq = 0
 		s.add("operator replays the dead letter of "+eventNames[i], n)
 	}
 }
