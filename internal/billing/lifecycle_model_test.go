@@ -23,12 +23,12 @@ import (
 // statement's effect or one message; where a step decides, it calls the
 // rules (lifecycle_rules_test.go), which call the production's own
 // transition functions. The assumptions about the provider and Kafka are
-// written out in modelAssumptions.
+// written out below, in one place.
 //
 // SPEC §11's invariants are checked in every reachable state, each on its
 // own (lifecycleInvariants).
 
-// modelAssumptions are what the model takes for granted about the world
+// The model's assumptions: what it takes for granted about the world
 // around the service. A change in any of them changes what the model
 // proves.
 //
@@ -56,7 +56,6 @@ import (
 //     when the provider holds a charge for its key, released (stating the
 //     provider holds none) otherwise; a conflict's dead letter goes to the
 //     order service; a permanent or exhausted one may be replayed.
-const modelAssumptions = "see the comment above"
 
 const maxEvents = 3
 
