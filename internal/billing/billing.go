@@ -34,6 +34,26 @@
 // other attempt recorded a send; a 422 marks it 'blocked' for an
 // operator. No rollback ever erases the only record that money may have
 // moved.
+//
+// SPEC §11's invariants, and where each is kept:
+//
+//   - I1, once: the claim (claimSQL) and NextClaimStatus's release rule;
+//     a claim is released only by its creator's definite refusal, or by an
+//     operator once no request can still be processed (I5).
+//   - I2, one true decision: decide (ledger.go) answers a conflict only for
+//     a true one; everything else behind a claim waits or is held.
+//   - I3, a path to the charge: an event behind a blocked claim is held
+//     (held.go) and deferred; a parked event keeps its record (park.go).
+//   - I4, pause means pause: every sender asks Config.Paused or the
+//     completer's Paused before each request (pause.go).
+//   - I5, no decision races a request: every send is recorded with its
+//     deadline before it leaves (sends.go), and the operator waits it out
+//     (inflight.go).
+//
+// lifecycle_*_test.go checks all five over every interleaving of a
+// bounded model whose steps call these functions (decide,
+// NextClaimStatus, nextStatus, policy.Decide) and the statements' guards,
+// written as functions; internal/modelcheck is the explorer.
 package billing
 
 import (
