@@ -47,12 +47,23 @@ func (e *InFlightError) Error() string {
 
 func (e *InFlightError) Unwrap() error { return ErrUnsafe }
 
+// UnrecordedProviderBound is the provider bound the operator's guard
+// assumes for a request that an old replica sent without a record, when
+// the claim has none recorded either (a claim made before migration
+// 00010): BILLING_PROVIDER_MAX_PROCESSING's default. A claim whose sends
+// were recorded carries its senders' own bound (decide_after -
+// in_flight_until), and that one is used.
+const UnrecordedProviderBound = 5 * time.Minute
+
 // oldReplicasSQL reads, by the database's clock, now(), and the replicas
-// of a level below $1 whose heartbeat is fresher than $2 ms: how many,
-// when the last of them goes stale, and who they are.
-const oldReplicasSQL = `SELECT now(), count(*), max(heartbeat_at) + $2 * interval '1 millisecond',
+// of a level below $1 that may still have a request at the provider:
+// those whose heartbeat is fresher than $2 ms (the stale window, after
+// which a SIGKILLed replica no longer runs) plus $3 ms (the provider's
+// bound on its last request): how many, when the last of them is past
+// that, and who they are.
+const oldReplicasSQL = `SELECT now(), count(*), max(heartbeat_at) + ($2::bigint + $3::bigint) * interval '1 millisecond',
 coalesce(string_agg(replica_id || ' (level ' || binary_level || ')', ', ' ORDER BY replica_id), '')
-FROM billing_replica WHERE binary_level < $1 AND heartbeat_at > now() - $2 * interval '1 millisecond'`
+FROM billing_replica WHERE binary_level < $1 AND heartbeat_at > now() - ($2::bigint + $3::bigint) * interval '1 millisecond'`
 
 // checkInFlight returns an *InFlightError when a move on cl, read FOR
 // UPDATE in tx (so that no send is recorded meanwhile), must wait.
@@ -62,13 +73,17 @@ func checkInFlight(ctx context.Context, tx pgx.Tx, cl OperatorClaim) error {
 	var staleAt *time.Time
 	var who string
 	stale := migrations.ReplicaStaleAfter.Milliseconds()
-	if err := tx.QueryRow(ctx, oldReplicasSQL, SendsRecordedFrom, stale).Scan(&now, &n, &staleAt, &who); err != nil {
+	bound := UnrecordedProviderBound
+	if !cl.DecideAfter.IsZero() && !cl.InFlightUntil.IsZero() {
+		bound = cl.DecideAfter.Sub(cl.InFlightUntil)
+	}
+	if err := tx.QueryRow(ctx, oldReplicasSQL, SendsRecordedFrom, stale, bound.Milliseconds()).Scan(&now, &n, &staleAt, &who); err != nil {
 		return fmt.Errorf("read billing_replica: %w", err)
 	}
 	if n > 0 {
 		return &InFlightError{AllowedAt: *staleAt, Wait: staleAt.Sub(now), Why: fmt.Sprintf(
-			"%d replica(s) of a binary below level %d still run (%s): they send without recording it, so a request for this claim may be in flight; finish the upgrade first (a replica that stopped drops out this long after its last heartbeat)",
-			n, SendsRecordedFrom, who)}
+			"%d replica(s) of a binary below level %d ran within the provider's bound (%s) of their last heartbeat (%s): they send without recording it, so a request for this claim may still be in flight or be finished by the provider; finish the upgrade, then wait until the time below",
+			n, SendsRecordedFrom, bound, who)}
 	}
 	if cl.DecideAfter.After(now) {
 		return &InFlightError{AllowedAt: cl.DecideAfter, Wait: cl.DecideAfter.Sub(now), Why: fmt.Sprintf(

@@ -226,11 +226,20 @@ func TestOperatorRefusedWhileAnOldReplicaRuns(t *testing.T) {
 	if st, _ := opStatus(t, pool, order); st != "blocked" {
 		t.Fatalf("claim %s after the refusal, want blocked", st)
 	}
+	// Stale (past ReplicaStaleAfter) but within the provider's bound of
+	// its last request: still refused (the claim records no bound of its
+	// own: UnrecordedProviderBound).
 	if _, err := pool.Exec(ctx, `UPDATE billing_replica SET heartbeat_at = now() - interval '2 minutes' WHERE replica_id = 'old-1'`); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := billing.ApplyOperator(ctx, pool, discard(), req); !errors.Is(err, billing.ErrUnsafe) {
+		t.Fatalf("release 2 minutes after an old replica's last heartbeat, within the provider's bound: %v; want refused", err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE billing_replica SET heartbeat_at = now() - interval '7 minutes' WHERE replica_id = 'old-1'`); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := billing.ApplyOperator(ctx, pool, discard(), req); err != nil {
-		t.Fatalf("release once the old replica's heartbeat is stale: %v", err)
+		t.Fatalf("release once the old replica's heartbeat is stale and the provider's bound over: %v", err)
 	}
 }
 
@@ -242,5 +251,43 @@ func (e *env) inFlightOver(t *testing.T, order int64) {
 	if _, err := e.pool.Exec(context.Background(), `UPDATE charge SET in_flight_until = least(in_flight_until, now() - interval '1 second'),
 decide_after = least(decide_after, now() - interval '1 second') WHERE order_id = $1`, order); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOperatorWaitsOutAnOldReplicasLastRequest (SPEC §11 I5, rolling upgrade beside level 8). A level-8 replica
+// sends without recording anything. It was SIGKILLed (its heartbeat row
+// stays, going stale) right after it sent the request of a claim that
+// is now blocked; its last heartbeat is 61 s old. The claim records that
+// its senders' provider bound is 5 minutes (decide_after - in_flight_until),
+// so the provider may still take that request's money for minutes.
+// A release now, followed by another event charging the order while the
+// old request may still be taken, would charge twice (I1): the command
+// refuses until the old replica's last heartbeat + the stale window + the
+// provider bound. (A review found checkInFlight allowing it at heartbeat
+// + 60 s.)
+func TestOperatorWaitsOutAnOldReplicasLastRequest(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	const order = 29901
+	opClaim(t, pool, order, "blocked")
+	// The claim's own recorded sends are long over; the bound its senders
+	// recorded is 5 minutes.
+	if _, err := pool.Exec(ctx, `UPDATE charge SET in_flight_until = now() - interval '10 minutes', decide_after = now() - interval '5 minutes'
+WHERE order_id = $1`, order); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO billing_replica (replica_id, binary_level, version, consumer_group, heartbeat_at)
+VALUES ('old-1', 8, 'v-old', 'g', now() - interval '61 seconds')`); err != nil {
+		t.Fatal(err)
+	}
+	req := billing.OperatorRequest{OrderID: order, Action: billing.ActionRelease, Operator: "alice",
+		Reason: "provider shows no charge yet", ProviderHoldsNoCharge: true}
+	if _, err := billing.ApplyOperator(ctx, pool, discard(), req); err == nil {
+		st, _ := opStatus(t, pool, order)
+		t.Fatalf("release allowed (claim now %s) 61 s after the last heartbeat of a level-8 replica that sends unrecorded, "+
+			"while the provider may still take its last request for up to 5 minutes (the claim's recorded bound): "+
+			"want refused until the old replica's last possible send + the provider bound", st)
+	} else {
+		t.Logf("refused: %v", err)
 	}
 }
