@@ -79,9 +79,15 @@ func deferredAhead(w world, i int8) bool {
 	return false
 }
 
-func parkable(w world, i int8) bool {
-	return w.claim.exists && w.claim.owner == i && w.claim.status == mPending
-}
+// owns is recordSQL's guard: the claim is event i's, whatever its status
+// (a 2xx for its key is the truth about the money).
+func owns(c claimM, i int8) bool { return c.exists && c.owner == i }
+
+// ownPending is the guard of markSentSQL, blockSQL and releaseSQL's row
+// (the event's own claim, still pending); parkable is parkSQL's.
+func ownPending(c claimM, i int8) bool { return owns(c, i) && c.status == mPending }
+
+func parkable(w world, i int8) bool { return ownPending(w.claim, i) }
 
 // rulesBefore29 are the rules of 4e65814, before issue 29: decideBefore29,
 // releases guarded by the row lock alone, no in-flight records, no pause
