@@ -38,7 +38,7 @@ func (s *stepper) completer() {
 	settle := func(n world, ans Answer, label string) {
 		n.comp = completerM{}
 		n.claim.held--
-		if n.claim.exists && n.claim.owner == key {
+		if owns(n.claim, key) {
 			switch s.r.next(ClaimFacts{Answer: ans, Actor: ActorCompleter, Age: modelAgeOf(n.claim), BlockAfter: modelBlockAfter}) {
 			case ClaimCharged:
 				n.claim.status, n.claim.parked = mCharged, false

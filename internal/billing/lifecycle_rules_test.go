@@ -79,9 +79,15 @@ func deferredAhead(w world, i int8) bool {
 	return false
 }
 
-func parkable(w world, i int8) bool {
-	return w.claim.exists && w.claim.owner == i && w.claim.status == mPending
-}
+// owns is recordSQL's guard: the claim is event i's, whatever its status
+// (a 2xx for its key is the truth about the money).
+func owns(c claimM, i int8) bool { return c.exists && c.owner == i }
+
+// ownPending is the guard of markSentSQL, blockSQL and releaseSQL's row
+// (the event's own claim, still pending); parkable is parkSQL's.
+func ownPending(c claimM, i int8) bool { return owns(c, i) && c.status == mPending }
+
+func parkable(w world, i int8) bool { return ownPending(w.claim, i) }
 
 // rulesBefore29 are the rules of 4e65814, before issue 29: decideBefore29,
 // releases guarded by the row lock alone, no in-flight records, no pause
@@ -176,9 +182,16 @@ func productionRules() modelRules {
 	r := rulesBefore29()
 	r.name = "this code"
 	r.decide = decide
+	// deferSQL also answers true for a record it stored before, held or
+	// not: a redelivery of a deferred record is committed as deferred, its
+	// row decides it. The model does not tell that record from another of
+	// the event (a replayed dead letter, which the statement stores only
+	// while the order is held): it lets both through whenever the event
+	// has its row, more than the statement does, never less
+	// (lifecycle_conformance_test.go).
 	r.mayDefer = func(w world, i int8) bool {
 		ownBlocked := w.claim.exists && w.claim.owner == i && w.claim.status == mBlocked
-		return otherClaimUnsettled(w, i) || ownBlocked || deferredAhead(w, i)
+		return otherClaimUnsettled(w, i) || ownBlocked || deferredAhead(w, i) || w.ev[i].deferred != 0
 	}
 	r.mayTake = func(w world, i int8) bool {
 		ownWaits := w.claim.exists && w.claim.owner == i && (w.claim.status == mBlocked || w.claim.status == mPending && w.claim.parked)

@@ -152,7 +152,7 @@ func (s *stepper) sendStep(i, by int8) {
 	// still pending.
 	first := a.created && !a.unknown
 	if !a.created || !first && s.r.recordsSend(true, false) {
-		if !w.claim.exists || w.claim.owner != i || w.claim.status != mPending {
+		if !ownPending(w.claim, i) {
 			n.ev[i].att[by].pc = pcClaim
 			s.add(name+": claim moved before the send; decide again", n)
 			return
@@ -211,7 +211,7 @@ func (s *stepper) answered(w world, i, by int8, ans Answer, label string) {
 	a := w.ev[i].att[by]
 	if ans == AnswerCharged {
 		n := w
-		if n.claim.exists && n.claim.owner == i {
+		if owns(n.claim, i) {
 			n.claim.status, n.claim.parked = mCharged, false
 			s.finish(n, i, by, outCharged, label+": recorded charged")
 			return
@@ -227,7 +227,7 @@ func (s *stepper) answered(w world, i, by int8, ans Answer, label string) {
 	if ans == AnswerUnknown {
 		n.ev[i].att[by].unknown = true
 	}
-	if n.claim.exists && n.claim.owner == i && n.claim.status == mPending {
+	if ownPending(n.claim, i) {
 		switch s.r.next(ClaimFacts{Answer: ans, Actor: actor, UnknownSeen: n.ev[i].att[by].unknown, OthersSent: n.claim.othersSent}) {
 		case ClaimBlocked:
 			n.claim.status = mBlocked
@@ -262,7 +262,7 @@ func (s *stepper) fail(w world, i, by int8, err error, label string) {
 		case actDeadLetter:
 			s.deadLetter(n, i, by, reasonBit(err), label+"; dead-lettered "+fault.KindOf(err).String())
 		case actPark:
-			if n.claim.exists && n.claim.owner == i && n.claim.status == mPending {
+			if parkable(n, i) {
 				n.claim.parked, n.claim.othersSent = true, true
 				s.r.parkKeeps(&n, i)
 				s.finish(n, i, by, outParked, label+"; parked")
