@@ -105,12 +105,15 @@ var (
 	// another event — that event's claim pending or blocked, or that
 	// event deferred before — or by ev's own blocked claim (SPEC §11, I3:
 	// ev is decided with the operator's decision; waits_for is then ev
-	// itself), and answers true also when the same record
-	// (topic, partition, offset, event and bytes) was deferred before: a
-	// redelivery of a deferred record is committed as deferred, never
-	// stored twice. Other bytes at the same place are not stored (false:
-	// the event keeps waiting), never taken for stored. The outer SELECT
-	// sees the rows as they were before the INSERT.
+	// itself). A record has one row at most, wherever it was read: while
+	// the event has a row with the same bytes, nothing more is stored and
+	// the answer is true (a redelivery of a deferred record, or a replay
+	// of its dead letter at another offset: the row decides the event,
+	// once). The same event in other bytes (a re-serialising producer)
+	// gets a row of its own, after the first, decided as a duplicate; at a
+	// place that holds other bytes it is not stored (false: the event
+	// keeps waiting), never taken for stored.
+	// The outer SELECT sees the rows as they were before the INSERT.
 	deferSQL = `WITH ins AS (
   INSERT INTO deferred_event (consumer_group, event_id, order_id, waits_for, topic, kafka_partition, kafka_offset,
     record_key, record_value, header_keys, header_values, record_time, header_key_bytes)
@@ -119,9 +122,10 @@ var (
       AND (c.status IN ('pending', 'blocked') AND c.event_id <> $2 OR c.status = 'blocked' AND c.event_id = $2)
     UNION ALL (` + ahead("$1", "$3", "$2") + `)
     LIMIT 1) w
+  WHERE NOT EXISTS (SELECT 1 FROM deferred_event e WHERE e.consumer_group = $1 AND e.event_id = $2 AND e.record_value = $8)
   ON CONFLICT (consumer_group, topic, kafka_partition, kafka_offset, event_id) DO NOTHING RETURNING 1)
-SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM deferred_event WHERE consumer_group = $1 AND topic = $4
-  AND kafka_partition = $5 AND kafka_offset = $6 AND event_id = $2 AND record_value = $8)`
+SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM deferred_event WHERE consumer_group = $1 AND event_id = $2
+  AND record_value = $8)`
 	// takeDeferredSQL leases, for $2 milliseconds, one of the group's due
 	// rows whose order is held neither by an unsettled claim — another
 	// event's, pending or blocked; the row's own event's, blocked (that

@@ -45,7 +45,9 @@ const firstParkedSend = time.Second
 // It stores the record ($6 the consumer group, $7... the record as
 // deferSQL takes it) only with the park, so that a committed parked record
 // always has its row; a record parked before (a redelivery parked again)
-// keeps its row. It answers the number of claims parked, 0 or 1.
+// keeps its row, and so does an event whose record has a row already,
+// wherever it was read (one row a record, as deferSQL keeps). It answers the number of claims parked, 0
+// or 1.
 const parkSQL = `WITH p AS (
   UPDATE charge SET parked_at = coalesce(parked_at, now()), next_send_at = now() + $5 * interval '1 millisecond',
   others_sent_at = coalesce(others_sent_at, now())
@@ -54,6 +56,7 @@ ins AS (
   INSERT INTO deferred_event (consumer_group, event_id, order_id, waits_for, topic, kafka_partition, kafka_offset,
     record_key, record_value, header_keys, header_values, record_time, header_key_bytes)
   SELECT $6, p.event_id, $1, p.event_id, $7, $8, $9, $10, $11, $12, $13, $14, $15 FROM p
+  WHERE NOT EXISTS (SELECT 1 FROM deferred_event e WHERE e.consumer_group = $6 AND e.event_id = p.event_id AND e.record_value = $11)
   ON CONFLICT (consumer_group, topic, kafka_partition, kafka_offset, event_id) DO NOTHING)
 SELECT count(*) FROM p`
 
