@@ -11,12 +11,10 @@ import "time"
 func (s *stepper) completer() {
 	w := s.from
 	c := w.claim
-	// The completer takes a claim older than its After; the model lets it
-	// do so at any moment once the creating attempt is over (it crashed,
-	// or parked or gave up the event) and, while that attempt still runs,
-	// once the claim is past block-after (an attempt held through a long
-	// outage).
-	due := c.exists && c.status == mPending && (c.creator == 0 || c.old)
+	// The completer takes a claim older than its After: the model lets it
+	// do so at any moment, whatever the creating attempt is doing (an
+	// attempt may be held through a long outage).
+	due := c.exists && c.status == mPending
 	if !w.comp.busy && due && !(s.r.completerWaitsOnPause() && w.paused) {
 		n := w
 		facts := ClaimFacts{Actor: ActorCompleter, Age: modelAgeOf(c), BlockAfter: modelBlockAfter}
@@ -67,14 +65,15 @@ func modelAgeOf(c claimM) time.Duration {
 	return modelYoung
 }
 
-// operator follows the blocked-claim runbook: the provider holds a charge
-// for the claim's key → mark-charged; it holds none → release. The command
-// runs as the rules allow (the production's operator transition), and it
-// races a request when one for the claim's key is still at the provider.
+// operator follows the runbooks of a blocked or a long-pending claim: the
+// provider holds a charge for the claim's key → mark-charged; it holds
+// none → release. The command runs as the rules allow (the production's
+// operator transition refuses a release of a pending claim), and it races
+// a request when one for the claim's key is still at the provider.
 func (s *stepper) operator() {
 	w := s.from
 	c := w.claim
-	if !c.exists || c.status != mBlocked || !s.r.operatorMay(w) {
+	if !c.exists || c.status == mCharged || !s.r.operatorMay(w) {
 		return
 	}
 	req := OperatorRequest{Operator: "model", Reason: "runbook", ProviderHoldsNoCharge: w.keys[c.owner].a() != AnswerCharged}
@@ -90,11 +89,11 @@ func (s *stepper) operator() {
 	n.raced = n.raced || w.inFlight(c.owner, false)
 	if next == "" {
 		n.claim = claimM{}
-		s.add("operator releases "+eventNames[c.owner]+"'s blocked claim (the provider holds no charge)", n)
+		s.add("operator releases "+eventNames[c.owner]+"'s "+string(c.status.claim())+" claim (the provider holds no charge)", n)
 		return
 	}
 	n.claim.status = mstatusOf(ClaimStatus(next))
-	s.add("operator marks "+eventNames[c.owner]+"'s blocked claim charged", n)
+	s.add("operator marks "+eventNames[c.owner]+"'s "+string(c.status.claim())+" claim charged", n)
 }
 
 // environment: pause and resume, a crash, a claim ageing past

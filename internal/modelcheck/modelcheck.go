@@ -68,12 +68,14 @@ type Result[S comparable] struct {
 	Violations []Violation[S]
 }
 
-// seen is what the explorer keeps of a reached state: where it came from.
-type seen[S comparable] struct {
-	parent S
+// node is what the explorer keeps of a reached state: the state, and the
+// step that first reached it (parent is an index into the nodes, -1 for
+// the start).
+type node[S comparable] struct {
+	state  S
+	parent int32
+	depth  int32
 	label  string
-	depth  int
-	root   bool
 }
 
 // Explore reaches every state from cfg.Init and checks the invariants in
@@ -84,46 +86,46 @@ func Explore[S comparable](cfg Config[S]) (Result[S], error) {
 	if limit <= 0 {
 		limit = 10_000_000
 	}
-	states := map[S]seen[S]{cfg.Init: {root: true}}
-	queue := []S{cfg.Init}
+	// The nodes are the queue too: breadth first, each is expanded in the
+	// order it was reached.
+	nodes := []node[S]{{state: cfg.Init, parent: -1}}
+	index := map[S]int32{cfg.Init: 0}
 	failed := make([]bool, len(cfg.Invariants))
 	var res Result[S]
 	var found []Violation[S]
-	for len(queue) > 0 {
-		s := queue[0]
-		queue = queue[1:]
-		at := states[s]
-		res.Depth = max(res.Depth, at.depth)
+	for at := 0; at < len(nodes); at++ {
+		s, depth := nodes[at].state, nodes[at].depth
+		res.Depth = max(res.Depth, int(depth))
 		for i, inv := range cfg.Invariants {
 			if !failed[i] && !inv.Holds(s) {
 				failed[i] = true
-				found = append(found, Violation[S]{Invariant: inv.Name, Trace: trace(states, s), State: s})
+				found = append(found, Violation[S]{Invariant: inv.Name, Trace: trace(nodes, at), State: s})
 			}
 		}
 		for _, st := range cfg.Next(s) {
 			res.Transitions++
-			if _, ok := states[st.To]; ok {
+			if _, ok := index[st.To]; ok {
 				continue
 			}
-			if len(states) >= limit {
-				res.States = len(states)
+			if len(nodes) >= limit {
+				res.States = len(nodes)
 				res.Violations = ordered(cfg.Invariants, found)
 				return res, fmt.Errorf("modelcheck: more than %d states: the model's bounds are too loose", limit)
 			}
-			states[st.To] = seen[S]{parent: s, label: st.Label, depth: at.depth + 1}
-			queue = append(queue, st.To)
+			index[st.To] = int32(len(nodes))
+			nodes = append(nodes, node[S]{state: st.To, parent: int32(at), depth: depth + 1, label: st.Label})
 		}
 	}
-	res.States = len(states)
+	res.States = len(nodes)
 	res.Violations = ordered(cfg.Invariants, found)
 	return res, nil
 }
 
-// trace rebuilds the labels of the steps from the start to s.
-func trace[S comparable](states map[S]seen[S], s S) []string {
+// trace rebuilds the labels of the steps from the start to nodes[at].
+func trace[S comparable](nodes []node[S], at int) []string {
 	var out []string
-	for at := states[s]; !at.root; at = states[at.parent] {
-		out = append(out, at.label)
+	for i := int32(at); nodes[i].parent >= 0; i = nodes[i].parent {
+		out = append(out, nodes[i].label)
 	}
 	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
 		out[i], out[j] = out[j], out[i]
