@@ -71,4 +71,15 @@ AND sender = 'completer'`, order, [16]byte(ev)).Scan(&n); err != nil || n != 1 {
 			t.Errorf("row %q: %d stray charges recorded, %v; want 1", tc.row, n, err)
 		}
 	}
+	// Two charges for one order (the stray beside another event's charged
+	// claim) are counted for reconcile; the stray that became the order's
+	// own claim is not.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if u, err := c.count(ctx, conn); err != nil || u.StrayBeside != 1 {
+		t.Errorf("counts %+v, %v; want one order with a stray charge beside a charged claim", u, err)
+	}
 }
