@@ -39,8 +39,9 @@ in docs/operations.md). Only safe moves exist: release deletes a blocked claim
 when you state that the provider holds no charge for the claim's idempotency
 key (its event id); mark-charged records the provider's charge id on a pending
 or blocked claim. Each change is written, with the row before and after, to the
-claim_audit table in the same transaction, and logged; show prints the claim
-and that trail. The operator is --operator, else the OS user of the process
+claim_audit table in the same transaction, and logged; show prints the claim,
+that trail, the recorded sends, the events deferred behind the order and any
+stray charges (2xx answers for a key whose claim was gone). The operator is --operator, else the OS user of the process
 (in a pod, the image's user: pass --operator there).
 
 Flags:
@@ -90,7 +91,8 @@ func claimCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 // claimOn carries out req on the ledger and prints the claim with its
-// audit trail.
+// audit trail, its sends, the events deferred behind it and the order's
+// stray charges.
 func claimOn(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, stdout io.Writer, sub string, action billing.OperatorAction, req billing.OperatorRequest) error {
 	if sub != "show" {
 		before, err := billing.ApplyOperator(ctx, pool, logger, req)
@@ -108,8 +110,18 @@ func claimOn(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, stdou
 	if err != nil {
 		return schemaHint(err)
 	}
+	deferred, err := billing.DeferredOn(ctx, pool, req.OrderID)
+	if err != nil {
+		return schemaHint(err)
+	}
+	strays, err := billing.StrayCharges(ctx, pool, req.OrderID)
+	if err != nil {
+		return schemaHint(err)
+	}
 	printClaim(stdout, req.OrderID, cl, trail)
 	printSends(stdout, sends)
+	printDeferred(stdout, deferred)
+	printStrays(stdout, strays)
 	if cl == nil && sub == "show" {
 		return fmt.Errorf("claim show: order %d: %w", req.OrderID, billing.ErrNoClaim)
 	}
@@ -203,6 +215,43 @@ func printSends(w io.Writer, sends []billing.Send) {
 	fmt.Fprintln(tw, "  SENT AT\tIN FLIGHT UNTIL\tEVENT\tSENDER\tHOST")
 	for _, s := range sends {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", stamp(s.SentAt), stamp(s.InFlightUntil), s.EventID, s.SenderLabel(), s.Host)
+	}
+	_ = tw.Flush()
+}
+
+// printDeferred writes the events deferred behind the order: they are
+// decided with the claim, once it is settled or an operator decided it.
+func printDeferred(w io.Writer, ds []billing.DeferredBehind) {
+	if len(ds) == 0 {
+		fmt.Fprintln(w, "deferred: none waiting on the order")
+		return
+	}
+	fmt.Fprintln(w, "deferred: (decided in this order once the claim settles)")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  EVENT\tWAITS FOR\tDEFERRED AT\tATTEMPTS\tGROUP\tLAST ERROR")
+	for _, d := range ds {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\n", d.EventID, d.WaitsFor, stamp(d.DeferredAt), d.Attempts, d.Group, d.LastError)
+	}
+	_ = tw.Flush()
+}
+
+// printStrays writes the stray charges of the order (SPEC §11, the 2xx
+// rule): charges the provider took under an event whose claim was gone or
+// another event's. Each is money taken beside the claim shown above.
+func printStrays(w io.Writer, strays []billing.StrayCharge) {
+	if len(strays) == 0 {
+		fmt.Fprintln(w, "stray charges: none")
+		return
+	}
+	fmt.Fprintln(w, "stray charges: (the provider charged these keys beside the claim: look each up before deciding)")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  AT\tEVENT (KEY)\tPROVIDER CHARGE ID\tSENDER\tCLAIM THEN")
+	for _, s := range strays {
+		then := "none"
+		if s.ClaimStatus != billing.ClaimReleased {
+			then = fmt.Sprintf("%s, event %s", s.ClaimStatus, s.ClaimEventID)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", stamp(s.At), s.EventID, s.ProviderChargeID, s.Sender, then)
 	}
 	_ = tw.Flush()
 }

@@ -112,3 +112,58 @@ WHERE order_id = $1`, order)
 	}
 	t.Logf("refused: %v", err)
 }
+
+// claim show lists the events deferred behind the order (event, the
+// event it waits for, when deferred, attempts, last error) and the stray
+// charges recorded for it (SPEC §11 I5 and the 2xx rule): an operator
+// decides a blocked claim with both in view.
+func TestClaimShowsDeferredEventsAndStrayCharges(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	const order = 4343
+	var owner string
+	err := pool.QueryRow(ctx, `INSERT INTO charge (order_id, event_id, customer_id, amount, status, claim_token, last_error)
+VALUES ($1, gen_random_uuid(), 42, 99.90, 'blocked', gen_random_uuid(), 'outcome unknown past block-after') RETURNING event_id::text`, order).Scan(&owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deferred := []string{"0193a5c2-7f4e-7b1a-9c3d-2e4f6a8b0c11", "0193a5c2-7f4e-7b1a-9c3d-2e4f6a8b0c12"}
+	for i, id := range deferred {
+		_, err := pool.Exec(ctx, `INSERT INTO deferred_event (consumer_group, event_id, order_id, waits_for, topic, kafka_partition, kafka_offset,
+record_value, attempts, last_error) VALUES ('billing-order-confirmed', $1, $2, $3, 'orders', 0, $4, '{}', $5, $6)`,
+			id, order, owner, 10+i, i+2, "held behind the blocked claim "+id[len(id)-2:])
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	setEnv(t, validEnv, map[string]string{"BILLING_DATABASE_URL": pool.Config().ConnString()})
+	show := func() string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if err := run(ctx, []string{"claim", "show", "--order", "4343"}, &stdout, &stderr); err != nil {
+			t.Fatalf("claim show: %v\n%s", err, stderr.String())
+		}
+		return stdout.String()
+	}
+	out := show()
+	for _, want := range []string{"deferred:", deferred[0], deferred[1], owner, "held behind the blocked claim 11", "held behind the blocked claim 12"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("claim show lacks %q:\n%s", want, out)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	const stray = "0193a5c2-7f4e-7b1a-9c3d-2e4f6a8b0c99"
+	if _, err := pool.Exec(ctx, `INSERT INTO stray_charge (order_id, event_id, provider_charge_id, sender, claim_event_id, claim_status)
+VALUES ($1, $2, 'ch_stray_1', 'creator', $3, 'pending')`, order, stray, owner); err != nil {
+		t.Fatal(err)
+	}
+	out = show()
+	for _, want := range []string{"stray charges:", stray, "ch_stray_1", "creator"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("claim show lacks %q:\n%s", want, out)
+		}
+	}
+	t.Logf("claim show:\n%s", out)
+}

@@ -184,4 +184,7 @@ func printReconcile(w io.Writer, rep billing.PassReport, dryRun bool) {
 	if u.Blocked > 0 {
 		fmt.Fprintln(w, "blocked claims need an operator: see BillingLedgerClaimBlocked in docs/operations.md")
 	}
+	if u.StrayBeside > 0 {
+		fmt.Fprintf(w, "%d order(s) charged under a second key beside their charged claim (stray charges): claim show --order ID lists both; see BillingLedgerClaimBlocked in docs/operations.md\n", u.StrayBeside)
+	}
 }

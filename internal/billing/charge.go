@@ -103,7 +103,7 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 	}
 	if len(charged) > 0 {
 		// The moved events' processed_event rows go with the failed ones'.
-		if err := s.record(ctx, tx, evs, out, charged, append(moved, failed...), withDedup); err != nil {
+		if err := s.record(ctx, tx, evs, created, out, charged, append(moved, failed...), withDedup); err != nil {
 			for _, i := range charged {
 				if out[i].err == nil {
 					out[i] = response{err: fault.New(fault.KindOf(err), fmt.Errorf(
@@ -302,18 +302,20 @@ func (s *Service) sendAll(ctx context.Context, evs []events.OrderConfirmed, idx 
 // record marks the charged events' claims charged, removes the failed
 // events' processed_event rows and commits tx, all on a context that
 // outlives ctx: the provider took money, so the ledger must say so even
-// when a shutdown cancels ctx meanwhile. A charged event whose claim has
-// vanished (only an operator or a foreign binary deletes a claim that may
-// hold money) gets its own Conflict in out and is unmarked with the
-// failed ones; the others are recorded. Its error is the transaction's.
-func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed, out []response, charged, failed []int, withDedup bool) error {
+// when a shutdown cancels ctx meanwhile. A charged event whose claim is
+// gone or another event's (only an operator, a foreign binary or a
+// provider past its bound makes one) is a stray charge: recorded in tx
+// with the rest (recordStray, the 2xx rule), its outcome charged all the
+// same. Its error is the transaction's: nothing of it committed.
+func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed, created []bool, out []response, charged, failed []int, withDedup bool) error {
 	wctx, cancel := s.detached(ctx)
 	defer cancel()
+	at := s.now()
 	orders, ids, chargeIDs := make([]int64, len(charged)), make([][16]byte, len(charged)), make([]string, len(charged))
 	for k, i := range byOrder(evs, charged) {
 		orders[k], ids[k], chargeIDs[k] = evs[i].OrderID, evs[i].EventID, out[i].res.ChargeID
 	}
-	rows, err := tx.Query(wctx, recordSQL, orders, ids, chargeIDs, s.now())
+	rows, err := tx.Query(wctx, recordSQL, orders, ids, chargeIDs, at)
 	var marked []uuid.UUID
 	if err == nil {
 		marked, err = dedup.CollectUUIDs(rows)
@@ -321,21 +323,30 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfi
 	if err != nil {
 		return classifyDB(fmt.Errorf("record %d charges: %w", len(charged), err))
 	}
-	unmark := make([]uuid.UUID, 0, len(failed))
-	for _, i := range failed {
-		unmark = append(unmark, evs[i].EventID)
-	}
+	var strays []StrayCharge
 	if len(marked) != len(charged) {
 		isMarked := idSet(marked)
-		for _, i := range charged {
-			if !isMarked[evs[i].EventID] {
-				out[i] = response{err: fault.Errorf(fault.Conflict, "order %d was charged under event %s, but its ledger claim has vanished: an operator must reconcile it with the provider",
-					evs[i].OrderID, evs[i].EventID)}
-				unmark = append(unmark, evs[i].EventID)
+		for _, i := range byOrder(evs, charged) {
+			if isMarked[evs[i].EventID] {
+				continue
 			}
+			ev, sender := evs[i], SenderRedelivery
+			if created[i] {
+				sender = SenderCreator
+			}
+			sc, err := recordStray(wctx, tx, stray{order: ev.OrderID, customer: ev.CustomerID, event: ev.EventID, amount: ev.TotalAmount.String(),
+				chargeID: out[i].res.ChargeID, sender: sender, host: s.sends.Host, chargedAt: at})
+			if err != nil {
+				return classifyDB(err)
+			}
+			strays = append(strays, sc)
 		}
 	}
-	if withDedup && len(unmark) > 0 {
+	if withDedup && len(failed) > 0 {
+		unmark := make([]uuid.UUID, 0, len(failed))
+		for _, i := range failed {
+			unmark = append(unmark, evs[i].EventID)
+		}
 		if err := dedup.Unmark(wctx, tx, unmark, s.group); err != nil {
 			return classifyDB(err)
 		}
@@ -343,16 +354,10 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfi
 	if err := tx.Commit(wctx); err != nil {
 		return classifyDB(fmt.Errorf("commit %d charges: %w", len(charged), err))
 	}
+	for _, sc := range strays {
+		logStray(ctx, s.logger, sc)
+	}
 	return nil
-}
-
-// definiteRefusal reports whether a charge error proves that the provider
-// did not take the money: the Charger's error says so with a NotTaken
-// method (*payment.Error: a refusal of the charge, of our credentials, or
-// a request never sent).
-func definiteRefusal(err error) bool {
-	var nt interface{ NotTaken() bool }
-	return errors.As(err, &nt) && nt.NotTaken()
 }
 
 // settleFailed moves the claims of the events whose charge failed as

@@ -142,3 +142,27 @@ func answerOf(err error) Answer {
 		return AnswerUnknown
 	}
 }
+
+// NextStrayStatus is the 2xx rule (SPEC §11): the state the order's ledger
+// row moves to when a 2xx arrives for an event whose claim is gone or is
+// another event's (a foreign binary, a manual DELETE, a provider that
+// finished a request past its bound). current is that row's status,
+// ClaimReleased when the order has none. The 2xx is the truth about the
+// money, so it is never dropped: recorded as a stray charge in every case,
+//
+//	no row (released)   charged: the event's own claim, inserted
+//	pending (another's) blocked: an operator decides with both charges
+//	                    in view (its own request may still be in flight)
+//	charged, blocked    unchanged: two charges, or one already with an
+//	                    operator; logged at ERROR, shown by claim show
+//
+// and the event's outcome is charged.
+func NextStrayStatus(current ClaimStatus) ClaimStatus {
+	switch current {
+	case ClaimReleased:
+		return ClaimCharged
+	case ClaimPending:
+		return ClaimBlocked
+	}
+	return current
+}

@@ -52,3 +52,18 @@ func TestNextClaimStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestNextStrayStatus is the 2xx rule's table, as NextStrayStatus's doc
+// comment gives it.
+func TestNextStrayStatus(t *testing.T) {
+	for current, want := range map[billing.ClaimStatus]billing.ClaimStatus{
+		billing.ClaimReleased: billing.ClaimCharged,
+		billing.ClaimPending:  billing.ClaimBlocked,
+		billing.ClaimCharged:  billing.ClaimCharged,
+		billing.ClaimBlocked:  billing.ClaimBlocked,
+	} {
+		if got := billing.NextStrayStatus(current); got != want {
+			t.Errorf("NextStrayStatus(%s) = %s, want %s", current, got, want)
+		}
+	}
+}

@@ -107,6 +107,10 @@ type Unsettled struct {
 	Deferred int
 	// OldestPending is the age of the oldest pending claim, 0 without one.
 	OldestPending time.Duration
+	// StrayBeside counts the orders with a stray charge (stray.go) beside
+	// another event's charged claim, under another provider charge id: two
+	// charges, for an operator (the claim's own charge and the stray's).
+	StrayBeside int
 }
 
 // Settled is what a pass did to one claim.
@@ -162,7 +166,9 @@ ORDER BY claimed_at LIMIT $2`
 count(*) FILTER (WHERE status = 'pending' AND parked_at IS NOT NULL),
 coalesce(max(` + ageColumn + `) FILTER (WHERE status = 'pending'), 0),
 (SELECT count(*) FROM deferred_event d WHERE NOT EXISTS (SELECT 1 FROM charge p WHERE p.order_id = d.order_id AND p.event_id = d.event_id
-  AND p.status = 'pending' AND p.parked_at IS NOT NULL))
+  AND p.status = 'pending' AND p.parked_at IS NOT NULL)),
+(SELECT count(DISTINCT s.order_id) FROM stray_charge s JOIN charge p ON p.order_id = s.order_id AND p.event_id <> s.event_id
+  AND p.status = 'charged' AND p.provider_charge_id IS DISTINCT FROM s.provider_charge_id)
 FROM charge WHERE status <> 'charged'`
 	blockedSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, coalesce(last_error, '') FROM charge
 WHERE status = 'blocked' ORDER BY claimed_at LIMIT 100`
@@ -238,7 +244,7 @@ func (c *Completer) count(ctx context.Context, conn *pgxpool.Conn) (Unsettled, e
 	defer cancel()
 	var u Unsettled
 	var oldest int64 // microseconds, by the database's clock
-	if err := conn.QueryRow(qctx, unsettledSQL).Scan(&u.Pending, &u.Blocked, &u.Parked, &oldest, &u.Deferred); err != nil {
+	if err := conn.QueryRow(qctx, unsettledSQL).Scan(&u.Pending, &u.Blocked, &u.Parked, &oldest, &u.Deferred, &u.StrayBeside); err != nil {
 		return u, fmt.Errorf("completer: count claims: %w", err)
 	}
 	u.OldestPending = max(0, time.Duration(oldest)*time.Microsecond)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/events"
 )
@@ -293,6 +294,38 @@ func (s *Service) held(ctx context.Context, evs []events.OrderConfirmed, idx []i
 	_, err = pgx.ForEachRow(rows, []any{&e, &by}, func() error { out[e] = by; return nil })
 	if err != nil {
 		return nil, classifyDB(fmt.Errorf("read the deferred events holding %d orders: %w", len(idx), err))
+	}
+	return out, nil
+}
+
+// DeferredBehind is a deferred event as `claim show` lists it.
+type DeferredBehind struct {
+	Group    string
+	EventID  uuid.UUID
+	WaitsFor uuid.UUID
+	// DeferredAt is the database's clock; Attempts counts the times the
+	// deciding loop took the row up; LastError is its last word ("" for
+	// none).
+	DeferredAt time.Time
+	Attempts   int
+	LastError  string
+}
+
+// DeferredOn returns the events deferred on order, in every consumer
+// group, in the order they will be decided. It changes nothing.
+func DeferredOn(ctx context.Context, pool *pgxpool.Pool, order int64) ([]DeferredBehind, error) {
+	rows, err := pool.Query(ctx, `SELECT consumer_group, event_id, waits_for, deferred_at, attempts, coalesce(last_error, '')
+FROM deferred_event WHERE order_id = $1 ORDER BY consumer_group, seq`, order)
+	if err != nil {
+		return nil, fmt.Errorf("read the events deferred on order %d: %w", order, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeferredBehind, error) {
+		var d DeferredBehind
+		err := r.Scan(&d.Group, &d.EventID, &d.WaitsFor, &d.DeferredAt, &d.Attempts, &d.LastError)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the events deferred on order %d: %w", order, err)
 	}
 	return out, nil
 }

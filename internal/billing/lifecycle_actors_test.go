@@ -69,16 +69,20 @@ func modelAgeOf(c claimM) time.Duration {
 // provider holds a charge for the claim's key → mark-charged; it holds
 // none → release. The command runs as the rules allow (the production's
 // operator transition refuses a release of a pending claim), and it races
-// a request when one for the claim's key is still at the provider.
+// a request when one for the claim's key is still at the provider. A
+// claim with stray charges (the 2xx rule) is an order the provider has
+// charged under another key: the runbook marks it charged, never
+// releases it.
 func (s *stepper) operator() {
 	w := s.from
 	c := w.claim
 	if !c.exists || c.status == mCharged || !s.r.operatorMay(w) {
 		return
 	}
-	req := OperatorRequest{Operator: "model", Reason: "runbook", ProviderHoldsNoCharge: w.keys[c.owner].a() != AnswerCharged}
+	charged := w.keys[c.owner].a() == AnswerCharged || c.strays > 0
+	req := OperatorRequest{Operator: "model", Reason: "runbook", ProviderHoldsNoCharge: !charged}
 	req.Action = ActionRelease
-	if w.keys[c.owner].a() == AnswerCharged {
+	if charged {
 		req.Action, req.ChargeID = ActionMarkCharged, "ch_model"
 	}
 	next, err := s.r.operator(string(c.status.claim()), req)

@@ -177,7 +177,8 @@ func decideBefore29(row Claim, found bool, ev events.OrderConfirmed, blockAfter 
 // (policy.Decide: an event behind a blocked claim deferred at once),
 // parking that keeps the record in a deferred row waiting on its own
 // claim, and every send recorded with the operator waiting for it (SPEC
-// §11 I5).
+// §11 I5), and a 2xx for a claim gone or another event's recorded as a
+// stray charge (the 2xx rule).
 func productionRules() modelRules {
 	r := rulesBefore29()
 	r.name = "this code"
@@ -213,7 +214,28 @@ func productionRules() modelRules {
 			w.ev[i].deferred = w.lastDeferred() + 1
 		}
 	}
+	r.strayCharge = strayCharge
 	return r
+}
+
+// strayCharge is the 2xx rule (SPEC §11, recordStray): a 2xx for event
+// i whose claim is gone or another event's is recorded (claim.strays),
+// the order's row moves as NextStrayStatus says, and the event is
+// charged.
+func strayCharge(s *stepper, w world, i, by int8, label string) {
+	current := ClaimReleased
+	if w.claim.exists {
+		current = w.claim.status.claim()
+	}
+	n := w
+	switch next := NextStrayStatus(current); {
+	case !w.claim.exists:
+		n.claim = claimM{exists: true, owner: i, status: mstatusOf(next)}
+	default:
+		n.claim.status = mstatusOf(next)
+	}
+	n.claim.strays = min(n.claim.strays+1, 2)
+	s.finish(n, i, by, outCharged, label+": a stray charge, recorded; the claim "+string(current)+" -> "+string(NextStrayStatus(current)))
 }
 
 // modelPolicy is the failure policy's configuration in the model: its

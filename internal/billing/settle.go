@@ -126,7 +126,7 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim) (S
 	switch NextClaimStatus(facts) {
 	case ClaimCharged:
 		out.Result, out.Detail = string(ClaimCharged), r.ChargeID
-		err = c.write(ctx, tx, &out, recordSQL, orders, ids, []string{r.ChargeID}, c.Now())
+		err = c.writeCharged(ctx, tx, &out, r.ChargeID)
 	case ClaimBlocked:
 		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("re-sent by the completer: %v", err)
 		err = c.write(ctx, tx, &out, blockSQL, orders, ids, out.Detail)
@@ -135,6 +135,37 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim) (S
 		err = c.write(ctx, tx, &out, stillUnknownSQL, cl.OrderID, [16]byte(cl.EventID), out.Detail, c.parkedBackoff().Milliseconds())
 	}
 	return out, err
+}
+
+// writeCharged records the 2xx of out's claim in tx and commits it, like
+// write. A claim gone or another event's by then (recordSQL marks
+// nothing) is a stray charge (recordStray, the 2xx rule), recorded in tx
+// all the same. The settling transaction's hold (FOR KEY SHARE, from
+// before the request) keeps any DELETE of the claim or change of its key
+// out until this record, so on Postgres this branch is a guard only: a
+// 2xx is never dropped, whatever the ledger says.
+func (c *Completer) writeCharged(ctx context.Context, tx pgx.Tx, out *Settled, chargeID string) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
+	defer cancel()
+	at := c.Now()
+	tag, err := tx.Exec(wctx, recordSQL, []int64{out.OrderID}, [][16]byte{out.EventID}, []string{chargeID}, at)
+	if err != nil {
+		return fmt.Errorf("completer: record order %d as charged: %w", out.OrderID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return c.commitAndLog(ctx, wctx, tx, out)
+	}
+	sc, err := recordStray(wctx, tx, stray{order: out.OrderID, customer: out.CustomerID, event: out.EventID, amount: out.Amount.String(),
+		chargeID: chargeID, sender: cmp.Or(c.Sender, SenderCompleter), host: c.Sends.Host, chargedAt: at})
+	if err != nil {
+		return fmt.Errorf("completer: record order %d as charged: %w", out.OrderID, err)
+	}
+	out.Detail = fmt.Sprintf("%s (stray charge: the claim was %s when the 2xx came; the order's row is now %s)", chargeID, sc.ClaimStatus, sc.Moved)
+	if err := c.commitAndLog(ctx, wctx, tx, out); err != nil {
+		return err
+	}
+	logStray(ctx, c.Logger, sc)
+	return nil
 }
 
 // executor is where write runs its statement: the completer's connection,
@@ -152,6 +183,12 @@ func (c *Completer) write(ctx context.Context, db executor, out *Settled, sql st
 	if _, err := db.Exec(wctx, sql, args...); err != nil {
 		return fmt.Errorf("completer: record order %d as %s: %w", out.OrderID, out.Result, err)
 	}
+	return c.commitAndLog(ctx, wctx, db, out)
+}
+
+// commitAndLog commits db on wctx when it is a transaction, and logs what
+// settle did to out's claim.
+func (c *Completer) commitAndLog(ctx, wctx context.Context, db executor, out *Settled) error {
 	if tx, ok := db.(pgx.Tx); ok {
 		if err := tx.Commit(wctx); err != nil {
 			return fmt.Errorf("completer: record order %d as %s: commit: %w", out.OrderID, out.Result, err)

@@ -1,0 +1,156 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Stray charges (SPEC §11, the 2xx rule): a 2xx whose event's claim was
+// gone or another event's when the sender came to record it. With every
+// send recorded and the operator refused while one is in flight (I5) this
+// does not happen between binaries of this release; a foreign binary, a
+// manual DELETE, or a provider that finishes a request past its bound
+// still can cause it. The answer is the truth about the money, so it is
+// recorded (stray_charge, migration 00011) in the transaction that
+// records the sender's other charges, the order's ledger row moves as
+// NextStrayStatus says, and the event's outcome is charged. The charge
+// path (record) and the completer (settle) share recordStray.
+
+// StrayCharge is one recorded stray charge.
+type StrayCharge struct {
+	OrderID int64
+	// EventID is the event whose key the provider charged;
+	// ProviderChargeID the provider's id for it ("" if none came).
+	EventID          uuid.UUID
+	ProviderChargeID string
+	At               time.Time
+	// Sender is who got the 2xx (SenderCreator, SenderRedelivery,
+	// SenderCompleter, SenderReconcile).
+	Sender string
+	// ClaimEventID and ClaimStatus are the order's ledger row as the 2xx
+	// found it: zero and ClaimReleased when there was none. Moved is the
+	// status the row was left in (NextStrayStatus).
+	ClaimEventID uuid.UUID
+	ClaimStatus  ClaimStatus
+	Moved        ClaimStatus
+}
+
+// stray is what recordStray needs of the charged event.
+type stray struct {
+	order, customer int64
+	event           [16]byte
+	amount          string // numeric as text
+	chargeID        string
+	sender, host    string
+	chargedAt       time.Time
+}
+
+const (
+	strayRowSQL = `SELECT event_id, status FROM charge WHERE order_id = $1 FOR UPDATE`
+	// strayClaimSQL inserts the event's own claim, charged, for an order
+	// without a row; nothing when a row (or the event's id on another
+	// order) appeared meanwhile.
+	strayClaimSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, provider_charge_id, claimed_by)
+VALUES ($1, $2, $3, $4::numeric, now(), $5, 'charged', $6, $7) ON CONFLICT DO NOTHING`
+	strayBlockSQL = `UPDATE charge SET status = 'blocked', last_error = $3 WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
+	strayLogSQL   = `INSERT INTO stray_charge (order_id, event_id, provider_charge_id, sender, claim_event_id, claim_status)
+VALUES ($1, $2, $3, $4, $5, $6) RETURNING at`
+)
+
+// recordStray records st's 2xx in tx (not committed: the caller commits
+// it with the rest) and moves the order's row as NextStrayStatus says. The
+// row is read FOR UPDATE; an order whose row appears between the read and
+// the insert of the event's own claim is read again, once. Its error is
+// the database's: then nothing of it may be committed.
+func recordStray(ctx context.Context, tx pgx.Tx, st stray) (StrayCharge, error) {
+	out := StrayCharge{OrderID: st.order, EventID: st.event, ProviderChargeID: st.chargeID, Sender: st.sender,
+		ClaimStatus: ClaimReleased, Moved: ClaimReleased}
+	for try := 0; try < 2; try++ {
+		var owner [16]byte
+		var status string
+		err := tx.QueryRow(ctx, strayRowSQL, st.order).Scan(&owner, &status)
+		if errors.Is(err, pgx.ErrNoRows) {
+			out.ClaimEventID, out.ClaimStatus = uuid.UUID{}, ClaimReleased
+			tag, err := tx.Exec(ctx, strayClaimSQL, st.order, st.event, st.customer, st.amount, st.chargedAt, st.chargeID, st.host)
+			if err != nil {
+				return out, fmt.Errorf("record the stray charge of order %d: claim: %w", st.order, err)
+			}
+			if tag.RowsAffected() == 1 {
+				out.Moved = ClaimCharged
+				break
+			}
+			continue // a row appeared meanwhile
+		}
+		if err != nil {
+			return out, fmt.Errorf("record the stray charge of order %d: read the claim: %w", st.order, err)
+		}
+		out.ClaimEventID, out.ClaimStatus = owner, ClaimStatus(status)
+		out.Moved = NextStrayStatus(out.ClaimStatus)
+		if out.Moved == ClaimBlocked && out.ClaimStatus == ClaimPending {
+			why := fmt.Sprintf("stray charge: the provider charged this order under event %s (charge %q) while this claim was pending: "+
+				"two charges may exist; see claim show", uuid.UUID(st.event), st.chargeID)
+			if _, err := tx.Exec(ctx, strayBlockSQL, st.order, owner, why); err != nil {
+				return out, fmt.Errorf("record the stray charge of order %d: block: %w", st.order, err)
+			}
+		}
+		break
+	}
+	var claimEvent *[16]byte
+	var claimStatus *string
+	if out.ClaimStatus != ClaimReleased {
+		claimEvent, claimStatus = (*[16]byte)(&out.ClaimEventID), (*string)(&out.ClaimStatus)
+	}
+	if err := tx.QueryRow(ctx, strayLogSQL, st.order, st.event, st.chargeID, st.sender, claimEvent, claimStatus).Scan(&out.At); err != nil {
+		return out, fmt.Errorf("record the stray charge of order %d: %w", st.order, err)
+	}
+	return out, nil
+}
+
+// logStray logs a committed stray charge at ERROR: money moved outside
+// the claim that should have held it.
+func logStray(ctx context.Context, logger *slog.Logger, sc StrayCharge) {
+	what := map[ClaimStatus]string{
+		ClaimCharged: "the order had no claim: recorded as the event's own claim, charged",
+		ClaimBlocked: "another event's pending claim blocked for an operator (claim show lists both charges)",
+	}[sc.Moved]
+	if sc.ClaimStatus == ClaimCharged || sc.ClaimStatus == ClaimBlocked {
+		what = "the order's claim is another event's, " + string(sc.ClaimStatus) + ": two charges may exist (claim show lists both)"
+	}
+	logger.ErrorContext(ctx, "stray charge: a 2xx for a claim that was gone or another event's, recorded", "order_id", sc.OrderID,
+		"event_id", sc.EventID, "provider_charge_id", sc.ProviderChargeID, "sender", sc.Sender,
+		"claim_event_id", sc.ClaimEventID, "claim_status", sc.ClaimStatus, "moved", what)
+}
+
+// StrayCharges returns the stray charges recorded for order, oldest first,
+// for `claim show`. It changes nothing.
+func StrayCharges(ctx context.Context, pool *pgxpool.Pool, order int64) ([]StrayCharge, error) {
+	rows, err := pool.Query(ctx, `SELECT order_id, event_id, provider_charge_id, at, sender, claim_event_id, coalesce(claim_status, 'released')
+FROM stray_charge WHERE order_id = $1 ORDER BY id`, order)
+	if err != nil {
+		return nil, fmt.Errorf("read the stray charges of order %d: %w", order, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StrayCharge, error) {
+		var s StrayCharge
+		var claimEvent pgtype.UUID
+		var status string
+		err := r.Scan(&s.OrderID, &s.EventID, &s.ProviderChargeID, &s.At, &s.Sender, &claimEvent, &status)
+		if claimEvent.Valid {
+			s.ClaimEventID = claimEvent.Bytes
+		}
+		s.ClaimStatus = ClaimStatus(status)
+		s.Moved = NextStrayStatus(s.ClaimStatus)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the stray charges of order %d: %w", order, err)
+	}
+	return out, nil
+}
