@@ -45,6 +45,10 @@ func TestFailingOrdersDoNotHoldTheirPartitions(t *testing.T) {
 	}
 }
 
+// deferredLogLine is the line the pipeline logs when it defers an event
+// (internal/pipeline/deferred.go); the tests count deferrals by it.
+const deferredLogLine = "event deferred: its decision waits for the claim on its order, its record committed"
+
 // livenessVariant is one run of TestFailingOrdersDoNotHoldTheirPartitions.
 type livenessVariant struct {
 	name   string
@@ -195,7 +199,7 @@ func (w *world) checkDeferred(t *testing.T, seconds []kafka.Message, recoveredAt
 	poll.Until(t, time.Minute, "every deferred event decided", func() bool {
 		return w.count(t, "SELECT count(*) FROM deferred_event") == 0
 	})
-	deferred, decided := w.logged(t, "event deferred: its decision waits for another event's claim, its record committed"),
+	deferred, decided := w.logged(t, deferredLogLine),
 		w.logged(t, "deferred event decided")
 	var last time.Duration
 	for _, m := range seconds {

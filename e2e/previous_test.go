@@ -171,7 +171,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 		return w.count(t, "SELECT count(*) FROM deferred_event") == 0
 	})
 	parked := w.count(t, "SELECT count(*) FROM charge WHERE parked_at IS NOT NULL")
-	deferred := len(loggedIn(t, "event deferred: its decision waits for another event's claim, its record committed", logs...))
+	deferred := len(loggedIn(t, deferredLogLine, logs...))
 	t.Logf("parked claims: %d; events deferred by this build: %d", parked, deferred)
 	if parked == 0 {
 		t.Errorf("no claim was parked: parking was not in play")
