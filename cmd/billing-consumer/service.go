@@ -154,7 +154,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		biller = batcher
 	}
 	if s.handler, err = pipeline.New(pipeline.Config{
-		Biller: biller, DLQ: dlqWriter, Metrics: s.m, Logger: s.logger, Now: time.Now,
+		Biller: biller, DLQ: dlqWriter, Decisions: svc, Metrics: s.m, Logger: s.logger, Now: time.Now,
 		MaxAttempts: cfg.MaxAttempts, OutageThreshold: cfg.OutageThreshold,
 		RetryBudget: cfg.RetryBudget, OutageAfter: cfg.OutageAfter, ParkAfter: cfg.ParkAfter, Parker: svc, Deferrer: svc,
 		BackoffBase: cfg.RetryBackoff, BackoffMax: cfg.RetryBackoffMax,

@@ -234,6 +234,10 @@ type attempt struct {
 	// still in flight), so the attempt may no longer release its claim:
 	// it is left pending, for the completer.
 	unknown atomic.Bool
+	// replay is the dlq-replay-count of the record this attempt decides
+	// (WithReplayCount): a stored dead-letter decision of the event
+	// answers it unless it is higher.
+	replay int
 }
 
 // WithAttempt returns a context that makes every Process call under it one
@@ -242,12 +246,13 @@ type attempt struct {
 // release it on a definite refusal (SPEC §6), and only while none of its
 // requests had an unknown outcome; a redelivery, the completer and
 // reconcile are other attempts. Without it, each Process call is an
-// attempt of its own.
+// attempt of its own. The attempt decides a record with the
+// dlq-replay-count that WithReplayCount put in ctx before, if any.
 func WithAttempt(ctx context.Context) context.Context {
 	if _, ok := ctx.Value(attemptKey{}).(*attempt); ok {
 		return ctx
 	}
-	return context.WithValue(ctx, attemptKey{}, &attempt{id: uuid.New()})
+	return context.WithValue(ctx, attemptKey{}, &attempt{id: uuid.New(), replay: replayCountOf(ctx)})
 }
 
 // attemptOf returns ctx's attempt, or a fresh one.
@@ -255,7 +260,7 @@ func attemptOf(ctx context.Context) *attempt {
 	if a, ok := ctx.Value(attemptKey{}).(*attempt); ok {
 		return a
 	}
-	return &attempt{id: uuid.New()}
+	return &attempt{id: uuid.New(), replay: replayCountOf(ctx)}
 }
 
 // chargeOf is the charge request of ev: key and body derive from the event

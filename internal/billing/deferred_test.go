@@ -167,7 +167,7 @@ func (d *dlqRecorder) redeliveredConflict(ev events.OrderConfirmed, cause error)
 // its dead-letter recorder.
 func deciderOf(t *testing.T, svc *billing.Service, dl *dlqRecorder) *pipeline.Handler {
 	t.Helper()
-	h, err := pipeline.New(pipeline.Config{Biller: svc, DLQ: dl, Metrics: metrics.New(prometheus.NewRegistry(), "test", "test"),
+	h, err := pipeline.New(pipeline.Config{Biller: svc, DLQ: dl, Decisions: svc, Metrics: metrics.New(prometheus.NewRegistry(), "test", "test"),
 		Logger: discard(), Now: time.Now, MaxAttempts: 3, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond,
 		ParkAfter: 30 * time.Second, Parker: svc, Deferrer: svc})
 	if err != nil {
@@ -573,7 +573,7 @@ func TestEachDecisionHasItsOwnLease(t *testing.T) {
 	})
 	replica := func(dl *dlqRecorder) *pipeline.Handler {
 		svc := newService(t, e.pool, slow)
-		h, err := pipeline.New(pipeline.Config{Biller: svc, DLQ: dl, Metrics: metrics.New(prometheus.NewRegistry(), "test", "test"),
+		h, err := pipeline.New(pipeline.Config{Biller: svc, DLQ: dl, Decisions: svc, Metrics: metrics.New(prometheus.NewRegistry(), "test", "test"),
 			Logger: discard(), Now: time.Now, MaxAttempts: 3, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond,
 			ParkAfter: 30 * time.Second, Parker: svc, Deferrer: shortLease{svc, time.Second}})
 		if err != nil {

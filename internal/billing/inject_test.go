@@ -103,7 +103,7 @@ func opName(sql string) string {
 		return "take or retry deferred"
 	case strings.HasPrefix(sql, "DELETE FROM deferred_event"):
 		return "finish deferred"
-	case len(f) >= 3 && f[0] == "INSERT" && f[2] == "charge":
+	case len(f) >= 3 && f[0] == "INSERT" && f[2] == "charge", strings.HasPrefix(sql, "WITH v AS"):
 		return "claim"
 	case len(f) >= 3 && f[0] == "INSERT" && f[2] == "processed_event":
 		return "dedup insert"

@@ -43,14 +43,29 @@ type Claim struct {
 //
 // It records the creator's first send too (sends.go): $7 and $8 are D and
 // D plus the provider's bound in milliseconds, $9 the replica.
-var claimSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token,
-in_flight_until, decide_after, claimed_by)
-SELECT o, e, c, a::numeric, now(), now(), 'pending', t,
-now() + $7 * interval '1 millisecond', now() + $8 * interval '1 millisecond', $9
-FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[], $5::uuid[]) WITH ORDINALITY AS v(o, e, c, a, t, n)
-WHERE NOT EXISTS (` + ahead("$6", "v.o", "v.e") + `)
-ORDER BY o, n
-ON CONFLICT DO NOTHING RETURNING event_id`
+//
+// And it answers first the events whose dead letter is decided already
+// (deadletter.go): a row of dead_letter whose replay_count is not below
+// the record's ($10), unless the event's own claim is charged, returns the
+// event with its stored reason and error, and the event is not claimed.
+// The healthy path pays no statement for it: the claim's returned rows
+// carry it (a NULL reason is a claim won).
+var claimSQL = `WITH v AS (
+  SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[], $5::uuid[], $10::int[]) WITH ORDINALITY AS v(o, e, c, a, t, r, n)),
+dl AS (
+  SELECT d.event_id, d.reason, d.error FROM v JOIN dead_letter d ON d.event_id = v.e AND d.consumer_group = $6 AND d.replay_count >= v.r
+  WHERE NOT EXISTS (SELECT 1 FROM charge x WHERE x.event_id = v.e AND x.status = 'charged')),
+ins AS (
+  INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token,
+    in_flight_until, decide_after, claimed_by)
+  SELECT o, e, c, a::numeric, now(), now(), 'pending', t,
+    now() + $7 * interval '1 millisecond', now() + $8 * interval '1 millisecond', $9
+  FROM v
+  WHERE NOT EXISTS (` + ahead("$6", "v.o", "v.e") + `) AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.event_id = v.e)
+  ORDER BY o, n
+  ON CONFLICT DO NOTHING RETURNING event_id)
+SELECT event_id, NULL::text, NULL::text FROM ins
+UNION ALL SELECT event_id, reason, error FROM dl`
 
 const (
 	// lookupSQL returns the rows that stopped a claim: the order's row,
@@ -174,30 +189,38 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 	// are (a uuid.UUID would go through its text form).
 	orders, ids := make([]int64, len(todo)), make([][16]byte, len(todo))
 	customers, amounts, tokens := make([]int64, len(todo)), make([]string, len(todo)), make([][16]byte, len(todo))
+	replays := make([]int32, len(todo))
 	for k, i := range todo {
 		ev := evs[i]
 		orders[k], ids[k], customers[k], amounts[k], tokens[k] = ev.OrderID, ev.EventID, ev.CustomerID, ev.TotalAmount.String(), attempts[i].id
+		replays[k] = int32(attempts[i].replay)
 	}
 	cctx, cancel := s.live(ctx)
 	defer cancel()
 	inFlight, decideAfter := s.sends.args()
-	rows, err := s.db.Query(cctx, claimSQL, orders, ids, customers, amounts, tokens, s.group, inFlight, decideAfter, s.sends.Host)
+	rows, err := s.db.Query(cctx, claimSQL, orders, ids, customers, amounts, tokens, s.group, inFlight, decideAfter, s.sends.Host, replays)
 	if err != nil {
 		return todo, classifyDB(fmt.Errorf("claim %d orders: %w", len(todo), err))
 	}
-	won, err := dedup.CollectUUIDs(rows)
+	answers, err := pgx.CollectRows(rows, scanClaimAnswer)
 	if err != nil {
 		// The statement's outcome is unknown: it may have committed. Each
 		// event finds out on its retry, which sees its own pending claim.
 		return todo, classifyDB(fmt.Errorf("claim %d orders: %w", len(todo), err))
 	}
-	isWon := idSet(won)
+	byEvent := make(map[uuid.UUID]claimAnswer, len(answers))
+	for _, a := range answers {
+		byEvent[a.event] = a
+	}
 	var lost []int
 	for _, i := range todo {
-		if isWon[evs[i].EventID] {
-			out[i] = claimed{charge: true, created: true, recorded: true}
-		} else {
+		switch a, ok := byEvent[evs[i].EventID]; {
+		case !ok:
 			lost = append(lost, i)
+		case a.decided:
+			out[i] = claimed{err: decidedBefore(a.reason, a.cause)}
+		default:
+			out[i] = claimed{charge: true, created: true, recorded: true}
 		}
 	}
 	if len(lost) == 0 {

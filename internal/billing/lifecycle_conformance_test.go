@@ -365,10 +365,20 @@ func confClaimModel(r modelRules, w world, i int8) (bool, world, string) {
 func confClaim(ctx context.Context, s *Service, tx pgx.Tx, w world, i int8) (bool, string, error) {
 	ev := w.modelEvent(i)
 	inFlight, decideAfter := s.sends.args()
-	won, _, err := confReturnsOne(tx.Query(ctx, claimSQL, []int64{ev.OrderID}, [][16]byte{ev.EventID}, []int64{ev.CustomerID},
-		[]string{ev.TotalAmount.String()}, [][16]byte{modelToken(i, byConsumer)}, s.group, inFlight, decideAfter, s.sends.Host))
-	if won || err != nil {
-		return won, "", err
+	rows, err := tx.Query(ctx, claimSQL, []int64{ev.OrderID}, [][16]byte{ev.EventID}, []int64{ev.CustomerID},
+		[]string{ev.TotalAmount.String()}, [][16]byte{modelToken(i, byConsumer)}, s.group, inFlight, decideAfter, s.sends.Host, []int32{0})
+	if err != nil {
+		return false, "", err
+	}
+	answers, err := pgx.CollectRows(rows, scanClaimAnswer)
+	if err != nil {
+		return false, "", err
+	}
+	if len(answers) == 1 && answers[0].decided {
+		return false, "dead-lettered before: " + answers[0].reason, nil
+	}
+	if won := len(answers) == 1; won {
+		return true, "", nil
 	}
 	l, err := s.lookup(ctx, []events.OrderConfirmed{ev}, []int{0})
 	if err != nil {

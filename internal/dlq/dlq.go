@@ -94,6 +94,21 @@ func Record(msg kafka.Message, group string, reason Reason, cause error, attempt
 	return kafka.Message{Key: msg.Key, Value: msg.Value, Headers: headers}
 }
 
+// ReplayCount is msg's dlq-replay-count: how often `dlq replay`
+// republished the record; 0 when it carries none, or none that is a
+// count (replay refuses such a record, so it was not republished by it).
+func ReplayCount(msg kafka.Message) int {
+	n := 0
+	for _, h := range msg.Headers {
+		if h.Key == HeaderReplayCount {
+			if v, err := strconv.Atoi(string(h.Value)); err == nil && v > 0 {
+				n = v
+			}
+		}
+	}
+	return n
+}
+
 // truncate cuts s to at most n bytes of valid UTF-8.
 func truncate(s string, n int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")

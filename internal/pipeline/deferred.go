@@ -8,6 +8,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
+	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/policy"
@@ -136,23 +137,29 @@ func (h *Handler) decide(ctx context.Context, d billing.Deferred) error {
 	ev, err := events.Decode(msg.Value, h.cfg.Now())
 	var res billing.Result
 	if err == nil {
-		res, err = h.cfg.Biller.Process(billing.WithAttempt(ctx), ev)
+		res, err = h.cfg.Biller.Process(billing.WithAttempt(billing.WithReplayCount(ctx, dlq.ReplayCount(msg))), ev)
 	}
 	result := string(res.Outcome)
 	if err != nil {
-		a := policy.Decide(h.policy, policy.Failure{By: policy.Decider, Kind: fault.KindOf(err), Canceled: ctx.Err() != nil,
-			Held: errors.Is(err, billing.ErrHeld), Paused: errors.Is(err, billing.ErrPaused), Attempts: d.Attempts})
-		switch a {
-		case policy.Leave:
-			return nil // the lease ends, and the event is decided again
-		case policy.GiveBackUnsent:
-			// Nothing sent: given back at once, and the pass ends (DecideDeferred
-			// sees the pause).
-			return h.cfg.Deferrer.RetryDeferred(ctx, d, 0, err)
-		case policy.GiveBack, policy.GiveBackAndStop:
-			return h.giveBack(ctx, d, err, a == policy.GiveBackAndStop)
+		var reason dlq.Reason
+		if stored, ok := billing.AsDeadLettered(err); ok {
+			reason = dlq.Reason(stored.Reason) // decided before: the same dead letter
+		} else {
+			a := policy.Decide(h.policy, policy.Failure{By: policy.Decider, Kind: fault.KindOf(err), Canceled: ctx.Err() != nil,
+				Held: errors.Is(err, billing.ErrHeld), Paused: errors.Is(err, billing.ErrPaused), Attempts: d.Attempts})
+			switch a {
+			case policy.Leave:
+				return nil // the lease ends, and the event is decided again
+			case policy.GiveBackUnsent:
+				// Nothing sent: given back at once, and the pass ends (DecideDeferred
+				// sees the pause).
+				return h.cfg.Deferrer.RetryDeferred(ctx, d, 0, err)
+			case policy.GiveBack, policy.GiveBackAndStop:
+				return h.giveBack(ctx, d, err, a == policy.GiveBackAndStop)
+			}
+			reason = a.Reason()
 		}
-		if err := h.writeDLQ(ctx, msg, &ev, a.Reason(), err, d.Attempts); err != nil {
+		if err := h.writeDLQ(ctx, msg, &ev, reason, err, d.Attempts); err != nil {
 			return nil // not acknowledged before the timeout: the lease ends, the event is decided again
 		}
 		result = "dlq"

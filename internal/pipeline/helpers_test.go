@@ -100,6 +100,32 @@ func (f *fakeDLQ) isAcked() bool {
 	return f.acked
 }
 
+// fakeDecisions is a Decisions in memory, with the rule of
+// billing.Service.RecordDeadLetter: a decision is kept unless the
+// incoming record was replayed more often.
+type fakeDecisions struct {
+	mu   sync.Mutex
+	byID map[uuid.UUID]fakeDecision
+}
+
+type fakeDecision struct {
+	reason, cause string
+	replays       int
+}
+
+func (f *fakeDecisions) RecordDeadLetter(_ context.Context, ev events.OrderConfirmed, replays int, reason, cause string) (string, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.byID == nil {
+		f.byID = map[uuid.UUID]fakeDecision{}
+	}
+	if d, ok := f.byID[ev.EventID]; ok && d.replays >= replays {
+		return d.reason, d.cause, nil
+	}
+	f.byID[ev.EventID] = fakeDecision{reason, cause, replays}
+	return reason, cause, nil
+}
+
 // testEnv is a Handler with fakes and its own metrics registry.
 type testEnv struct {
 	h       *Handler
@@ -123,6 +149,7 @@ func newEnv(t *testing.T, biller *fakeBiller, dl *fakeDLQ, edit func(*Config)) *
 	cfg := Config{
 		Biller:      biller,
 		DLQ:         dl,
+		Decisions:   &fakeDecisions{},
 		Metrics:     m,
 		Logger:      discardLogger(),
 		Now:         time.Now, // events carry the real time; far-future ones are invalid

@@ -74,11 +74,17 @@ type DeadLetterer interface {
 // Config configures a Handler. Every field is required, except Tracer and
 // Propagator.
 type Config struct {
-	Biller  Biller
-	DLQ     DeadLetterer
-	Metrics *metrics.Metrics
-	Logger  *slog.Logger
-	Now     func() time.Time
+	Biller Biller
+	DLQ    DeadLetterer
+	// Decisions records a valid event's dead-letter decision before its
+	// dead letter is written (writeDLQ): a redelivery of the record is
+	// then answered by Biller with it (billing.DeadLettered) and
+	// dead-lettered again with the same reason; only a `dlq replay`
+	// decides the event afresh.
+	Decisions Decisions
+	Metrics   *metrics.Metrics
+	Logger    *slog.Logger
+	Now       func() time.Time
 	// MaxAttempts is the least number of transient failures of an event
 	// before it may be dead-lettered as "exhausted". With a RetryBudget of
 	// minutes the budget decides; MaxAttempts only keeps a short budget
@@ -145,8 +151,8 @@ type Handler struct {
 
 // New returns a Handler.
 func New(cfg Config) (*Handler, error) {
-	if cfg.Biller == nil || cfg.DLQ == nil || cfg.Metrics == nil || cfg.Logger == nil || cfg.Now == nil {
-		return nil, errors.New("pipeline: biller, dlq, metrics, logger and clock are required")
+	if cfg.Biller == nil || cfg.DLQ == nil || cfg.Decisions == nil || cfg.Metrics == nil || cfg.Logger == nil || cfg.Now == nil {
+		return nil, errors.New("pipeline: biller, dlq, decisions, metrics, logger and clock are required")
 	}
 	pol := policy.Config{MaxAttempts: cfg.MaxAttempts, RetryBudget: cfg.RetryBudget, ParkAfter: cfg.ParkAfter}
 	if err := pol.Validate(); err != nil {
@@ -194,8 +200,10 @@ func (h *Handler) Handle(ctx context.Context, msg kafka.Message) error {
 func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 	// Every try below is one attempt at the charge: a definite refusal
 	// after an earlier try's unknown outcome may still release the claim
-	// this delivery made (SPEC §6).
-	ctx = billing.WithAttempt(ctx)
+	// this delivery made (SPEC §6). It decides a record replayed as often
+	// as its dlq-replay-count says: a dead letter decided before for it is
+	// written again, and only a replay decides it afresh (SPEC §11 I2).
+	ctx = billing.WithAttempt(billing.WithReplayCount(ctx, dlq.ReplayCount(msg)))
 	ev, err := events.Decode(msg.Value, h.cfg.Now())
 	if err != nil {
 		return h.deadLetter(ctx, msg, nil, dlq.Invalid, err, 1)
@@ -223,6 +231,11 @@ func (h *Handler) handle(ctx context.Context, msg kafka.Message) error {
 				h.cfg.Metrics.DedupBypassed.Inc()
 			}
 			return nil
+		}
+		if d, ok := billing.AsDeadLettered(err); ok {
+			// Decided before: the same dead letter again, nothing sent.
+			h.unstall(ctx, ev, w)
+			return h.deadLetter(ctx, msg, &ev, dlq.Reason(d.Reason), err, b.attempts+1)
 		}
 		f, err := h.failure(ctx, ev, err, b, w, now)
 		a := policy.Decide(h.policy, f)
@@ -326,43 +339,4 @@ func (h *Handler) park(ctx context.Context, msg kafka.Message, ev events.OrderCo
 // event's own. It ends a failure streak; systemic and busy answers do not.
 func answered(err error, kind fault.Kind) bool {
 	return err == nil || kind == fault.Invalid || kind == fault.Permanent || kind == fault.Conflict
-}
-
-// deadLetter writes msg to the DLQ, retrying until it is acknowledged or
-// ctx ends: the offset must not move past a record that is neither billed
-// nor dead-lettered.
-func (h *Handler) deadLetter(ctx context.Context, msg kafka.Message, ev *events.OrderConfirmed, reason dlq.Reason, cause error, attempts int) error {
-	if err := h.writeDLQ(ctx, msg, ev, reason, cause, attempts); err != nil {
-		return err
-	}
-	h.cfg.Metrics.Events.WithLabelValues("dlq").Inc()
-	return nil
-}
-
-// writeDLQ is deadLetter without counting the record's outcome: a deferred
-// event's record was counted when it was deferred.
-func (h *Handler) writeDLQ(ctx context.Context, msg kafka.Message, ev *events.OrderConfirmed, reason dlq.Reason, cause error, attempts int) error {
-	b := h.backoff()
-	for {
-		err := h.cfg.DLQ.Send(ctx, msg, reason, cause, attempts)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		h.cfg.Logger.ErrorContext(ctx, "dead-letter write failed, retrying", "partition", msg.Partition, "offset", msg.Offset, "err", err)
-		if err := sleep(ctx, b); err != nil {
-			return err
-		}
-	}
-	spanDeadLettered(ctx, reason, attempts)
-	h.cfg.Metrics.DLQ.WithLabelValues(string(reason)).Inc()
-	attrs := []any{"reason", reason, "topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset,
-		"attempts", attempts, "err", cause}
-	if ev != nil {
-		attrs = append(attrs, "event_id", ev.EventID, "order_id", ev.OrderID)
-	}
-	h.cfg.Logger.WarnContext(ctx, "record dead-lettered", attrs...)
-	return nil
 }

@@ -608,6 +608,7 @@ func TestNewRejectsIncompleteConfig(t *testing.T) {
 	}{
 		{"no biller", func(c *Config) { c.Biller = nil }},
 		{"no dlq", func(c *Config) { c.DLQ = nil }},
+		{"no decisions", func(c *Config) { c.Decisions = nil }},
 		{"no metrics", func(c *Config) { c.Metrics = nil }},
 		{"no logger", func(c *Config) { c.Logger = nil }},
 		{"no clock", func(c *Config) { c.Now = nil }},
