@@ -67,16 +67,12 @@ func violated(t *testing.T, res modelcheck.Result[world]) map[string]bool {
 // list shrinks).
 type knownViolation struct{ scenario, invariant string }
 
-// knownViolations: a record dead-lettered `permanent` and delivered
-// again (its offset commit lost) is decided afresh: its claim was
-// released on the refusal, so it claims again and sends (the provider
-// answers its stored refusal), and when that answer is lost and its claim
-// is blocked past block-after meanwhile, its budget ends in a second dead
-// letter, `exhausted`. Both are replayable and nothing is charged, but the
-// two dead letters disagree (I2 asks for one reason). Fixing it needs a
-// dead-lettered decision to be durable beside processed_event, with
-// `dlq replay` as the one way to decide such a record again.
-var knownViolations = []knownViolation{{"two events, same amount, a redelivery", "I2 one reason"}}
+// knownViolations: none. The last one (a record dead-lettered `permanent`
+// and delivered again, decided afresh, and dead-lettered a second time
+// `exhausted`: two reasons, I2) is gone since a dead-lettered decision is
+// durable (dead_letter, migration 00012) and answers every redelivery of
+// the record; TestModelCatchesABrokenRule keeps it as a broken rule.
+var knownViolations []knownViolation
 
 // TestLifecycleModel is SPEC §11's check: I1–I5 hold in every state the
 // model reaches under this code's rules, but for knownViolations.
@@ -129,17 +125,20 @@ func TestModelCatchesABrokenRule(t *testing.T) {
 		name    string
 		want    string
 		breakIt func(r *modelRules)
+		sc      *scenario // nil: the first scenario
 	}{
 		{"a blocked claim dead-letters the events behind it (defects 2, 7)", "I3 a path to the charge",
-			func(r *modelRules) { r.decide = decideBefore29 }},
+			func(r *modelRules) { r.decide = decideBefore29 }, nil},
 		{"the completer does not check the pause (defect 5)", "I4 pause means pause",
-			func(r *modelRules) { r.completerWaitsOnPause = func() bool { return false } }},
+			func(r *modelRules) { r.completerWaitsOnPause = func() bool { return false } }, nil},
 		{"parking keeps only the claim (defect 4)", "I3 a path to the charge",
-			func(r *modelRules) { r.parkKeeps = func(*world, int8) {} }},
+			func(r *modelRules) { r.parkKeeps = func(*world, int8) {} }, nil},
 		{"a release ignores the in-flight window (defect 1)", "I5 no decision races a request",
-			func(r *modelRules) { r.operatorMay = func(w world) bool { return w.claim.held == 0 } }},
+			func(r *modelRules) { r.operatorMay = func(w world) bool { return w.claim.held == 0 } }, nil},
 		{"the creator's retries record no send (defect 1)", "I1 once",
-			func(r *modelRules) { r.recordsSend = func(created, first bool) bool { return !created || first } }},
+			func(r *modelRules) { r.recordsSend = func(created, first bool) bool { return !created || first } }, nil},
+		{"a redelivery ignores the stored dead-letter decision", "I2 one reason",
+			func(r *modelRules) { r.decided, r.keeps = noDecision, noDecision }, &modelScenarios[2]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := productionRules()
@@ -148,6 +147,9 @@ func TestModelCatchesABrokenRule(t *testing.T) {
 			sc := modelScenarios[0]
 			if strings.HasPrefix(tc.want, "I4") {
 				sc = scenario{"one event, a pause", []int8{0}, budgetM{pause: 1}}
+			}
+			if tc.sc != nil {
+				sc = *tc.sc
 			}
 			if !violated(t, explore(t, r, sc))[tc.want] {
 				t.Fatalf("with %s, the checker found no violation of %s", tc.name, tc.want)

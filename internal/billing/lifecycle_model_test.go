@@ -151,6 +151,14 @@ type eventM struct {
 	// orphans counts this key's requests whose senders gave up before the
 	// provider processed them, unrecorded [0] and recorded [1].
 	orphans [2]int8
+	// replays is the dlq-replay-count of the event's record (how often its
+	// dead letter was replayed), deferredRec that of the record its
+	// deferred row keeps.
+	replays, deferredRec int8
+	// decision is the dead letter recorded in dead_letter (a dlq bit, 0:
+	// none) for a record of count decidedAt (migration 00012).
+	decision  uint8
+	decidedAt int8
 }
 
 // Dead-letter reasons and committed outcomes, as bits.
@@ -313,8 +321,11 @@ func (w world) show() string {
 	}
 	for i := range w.n {
 		e := w.ev[i]
-		fmt.Fprintf(&b, "\n    %c: amount#%d committed=%v deferred=%d dlq=%03b outcomes=%05b provider=%s", names[i], e.amount, e.committed,
-			e.deferred, e.dlq, e.outcomes, answerName(w.keys[i].a()))
+		fmt.Fprintf(&b, "\n    %c: amount#%d committed=%v deferred=%d dlq=%03b outcomes=%05b provider=%s replays=%d", names[i], e.amount, e.committed,
+			e.deferred, e.dlq, e.outcomes, answerName(w.keys[i].a()), e.replays)
+		if e.decision != 0 {
+			fmt.Fprintf(&b, " decision{dlq=%03b replays=%d}", e.decision, e.decidedAt)
+		}
 	}
 	for i := range w.n {
 		for by, a := range w.ev[i].att {

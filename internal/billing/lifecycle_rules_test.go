@@ -50,6 +50,12 @@ type modelRules struct {
 	parkKeeps func(w *world, i int8)
 	// strayCharge handles a 2xx for a claim that is not the event's.
 	strayCharge func(s *stepper, w world, i, by int8, label string)
+	// decided is claimSQL's answer from dead_letter for event i's record
+	// of dlq-replay-count count: the reason (a dlq bit) to dead-letter it
+	// with at once, or 0 to claim; keeps is recordDeadLetterSQL's: the
+	// reason stored before that a new dead letter keeps, or 0 (the new
+	// one is stored).
+	decided, keeps func(w world, i, count int8) uint8
 }
 
 // action is one thing the failure policy may do with a failed attempt.
@@ -112,7 +118,31 @@ func rulesBefore29() modelRules {
 		strayCharge: func(s *stepper, w world, i, by int8, label string) {
 			s.fail(w, i, by, fault.Errorf(fault.Conflict, "ledger claim vanished"), label+": its claim vanished")
 		},
+		decided: noDecision,
+		keeps:   noDecision,
 	}
+}
+
+// noDecision: a dead letter is no durable decision (before migration
+// 00012): every delivery decides afresh.
+func noDecision(world, int8, int8) uint8 { return 0 }
+
+// keptDecision is recordDeadLetterSQL's rule: the stored reason stays
+// unless the record was replayed more often.
+func keptDecision(w world, i, count int8) uint8 {
+	if e := w.ev[i]; e.decision != 0 && e.decidedAt >= count {
+		return e.decision
+	}
+	return 0
+}
+
+// answeredByDecision is claimSQL's dl: the kept decision answers the record,
+// unless the event's own claim is charged (the money decides).
+func answeredByDecision(w world, i, count int8) uint8 {
+	if owns(w.claim, i) && w.claim.status == mCharged {
+		return 0
+	}
+	return keptDecision(w, i, count)
 }
 
 // policyBefore29 is pipeline.go's handle (byConsumer) and deferred.go's
@@ -211,10 +241,14 @@ func productionRules() modelRules {
 	}
 	r.parkKeeps = func(w *world, i int8) {
 		if w.ev[i].deferred == 0 {
-			w.ev[i].deferred = w.lastDeferred() + 1
+			w.ev[i].deferred, w.ev[i].deferredRec = w.lastDeferred()+1, w.ev[i].replays
 		}
 	}
 	r.strayCharge = strayCharge
+	// A valid event's dead letter is recorded before it is written, and
+	// answers every later delivery of a record replayed no more often
+	// (migration 00012, SPEC §11 I2).
+	r.decided, r.keeps = answeredByDecision, keptDecision
 	return r
 }
 

@@ -64,6 +64,7 @@ func (s *stepper) deliveries(i int8) {
 		// the record is decided again, and only its new dead letters, if
 		// any, are its decision.
 		n.ev[i].dlq = 0
+		n.ev[i].replays++
 		s.add("operator replays the dead letter of "+eventNames[i], n)
 	}
 }
@@ -89,6 +90,10 @@ func (s *stepper) claimStep(i, by int8) {
 		return
 	}
 	name := eventNames[i]
+	if reason := s.r.decided(w, i, recordOf(w, i, by)); reason != 0 {
+		s.deadLetter(w, i, by, reason, name+" finds its dead letter decided before: writes it again")
+		return
+	}
 	if !w.claim.exists {
 		if s.r.heldByDeferred(w, i) {
 			s.busy(i, by, "claim of "+name+": order held by an earlier deferred event")
@@ -270,7 +275,7 @@ func (s *stepper) fail(w world, i, by int8, err error, label string) {
 		case actDefer:
 			if s.r.mayDefer(w, i) {
 				if n.ev[i].deferred == 0 {
-					n.ev[i].deferred = n.lastDeferred() + 1
+					n.ev[i].deferred, n.ev[i].deferredRec = n.lastDeferred()+1, recordOf(n, i, by)
 				}
 				s.finish(n, i, by, outDeferred, label+"; deferred")
 			}
@@ -300,11 +305,27 @@ func (s *stepper) busy(i, by int8, label string) {
 	s.fail(s.from, i, by, fault.Errorf(fault.Busy, "busy"), label)
 }
 
-// deadLetter writes the dead letter and ends the attempt: the consumer's
-// commits the record, the decider's deletes the deferred row.
+// deadLetter records the decision and writes the dead letter, with the
+// reason stored before if the rules keep one, and ends the attempt: the
+// consumer's commits the record, the decider's deletes the deferred row.
 func (s *stepper) deadLetter(w world, i, by int8, reason uint8, label string) {
+	count := recordOf(w, i, by)
+	if kept := s.r.keeps(w, i, count); kept != 0 {
+		reason = kept
+	} else {
+		w.ev[i].decision, w.ev[i].decidedAt = reason, count
+	}
 	w.ev[i].dlq |= reason
 	s.end(w, i, by, label)
+}
+
+// recordOf is the dlq-replay-count of the record attempt by of event i
+// decides: the consumer's delivery, or the deferred row's.
+func recordOf(w world, i, by int8) int8 {
+	if by == byDecider {
+		return w.ev[i].deferredRec
+	}
+	return w.ev[i].replays
 }
 
 // finish records a decided outcome and ends the attempt.
@@ -321,7 +342,7 @@ func (s *stepper) end(w world, i, by int8, label string) {
 	if by == byConsumer {
 		w.ev[i].committed = true
 	} else {
-		w.ev[i].deferred = 0
+		w.ev[i].deferred, w.ev[i].deferredRec = 0, 0
 	}
 	s.add(label, w)
 }
