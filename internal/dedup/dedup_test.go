@@ -252,3 +252,32 @@ func markOne(ctx context.Context, tx dedup.Querier, id uuid.UUID, group string, 
 	fresh, err := dedup.MarkProcessed(ctx, tx, []uuid.UUID{id}, group, at)
 	return len(fresh) == 1, err
 }
+
+// The retention pass deletes the dead-letter decisions (dead_letter,
+// migration 00012) recorded longer than Retention ago, by the database's
+// clock, and keeps the younger ones.
+func TestMaintenanceDeletesExpiredDeadLetterDecisions(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	m := newMaintainer(pool, &clock{t: time.Now()})
+	oldID, youngID := uuid.New(), uuid.New()
+	for _, row := range []struct {
+		id  uuid.UUID
+		age time.Duration
+	}{{oldID, m.Retention + time.Hour}, {youngID, m.Retention - time.Hour}} {
+		if _, err := pool.Exec(context.Background(), `INSERT INTO dead_letter (event_id, consumer_group, reason, replay_count, error, decided_at)
+VALUES ($1, $2, 'permanent', 0, 'refused', now() - $3 * interval '1 millisecond')`, row.id, group, row.age.Milliseconds()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pass := mustRunOnce(t, m); pass.DecisionsDeleted != 1 {
+		t.Errorf("pass deleted %d decisions; want 1, the expired one", pass.DecisionsDeleted)
+	}
+	var left []uuid.UUID
+	rows, err := pool.Query(context.Background(), "SELECT event_id FROM dead_letter")
+	if err == nil {
+		left, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	}
+	if err != nil || len(left) != 1 || left[0] != youngID {
+		t.Errorf("decisions left %v, %v; want only the young one %s", left, err, youngID)
+	}
+}

@@ -63,6 +63,9 @@ type Pass struct {
 	// pass (skipped passes count them too); a partition whose detach is
 	// pending no longer counts.
 	Partitions int
+	// DecisionsDeleted is how many dead-letter decisions (dead_letter,
+	// billing's) older than Retention the pass deleted.
+	DecisionsDeleted int64
 }
 
 // RunOnce makes one maintenance pass: create the partitions from
@@ -125,12 +128,15 @@ func (m *Maintainer) RunOnce(ctx context.Context) (Pass, error) {
 		}
 		pass.Dropped = append(pass.Dropped, p.Name())
 	}
+	if pass.DecisionsDeleted, err = deleteDecisions(ctx, conn, m.Retention); err != nil {
+		errs = append(errs, err)
+	}
 	pass.Partitions, err = countPartitions(ctx, conn)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	m.Logger.Info("dedup retention pass", "created", pass.Created, "dropped", pass.Dropped,
-		"partitions", pass.Partitions, "errors", len(errs))
+		"partitions", pass.Partitions, "decisions_deleted", pass.DecisionsDeleted, "errors", len(errs))
 	return pass, errors.Join(errs...)
 }
 
@@ -250,6 +256,25 @@ FROM pg_class c
 LEFT JOIN pg_inherits i ON i.inhrelid = c.oid AND i.inhparent = 'processed_event'::regclass
 WHERE c.relkind = 'r' AND c.relname LIKE 'processed\_event\_p%'
 AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'processed_event'::regclass)`
+
+// deleteDecisionsSQL deletes up to a batch of the dead-letter decisions
+// recorded more than $1 milliseconds ago, by the database's clock. A
+// bounded DELETE, not a partition DROP as for processed_event: the table
+// holds one row per dead-lettered event, a few a day, and a short
+// statement keeps its locks and WAL small even after a storm of dead
+// letters (the next pass deletes the rest). A decision deleted only means
+// that a record redelivered after the retention is decided afresh, as
+// before migration 00012.
+const deleteDecisionsSQL = `DELETE FROM dead_letter WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM dead_letter WHERE decided_at < now() - $1 * interval '1 millisecond' LIMIT 10000))`
+
+func deleteDecisions(ctx context.Context, conn *pgxpool.Conn, retention time.Duration) (int64, error) {
+	tag, err := conn.Exec(ctx, deleteDecisionsSQL, retention.Milliseconds())
+	if err != nil {
+		return 0, fmt.Errorf("delete expired dead-letter decisions: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
 
 func countPartitions(ctx context.Context, conn *pgxpool.Conn) (int, error) {
 	var n int
