@@ -248,8 +248,8 @@ func printStrays(w io.Writer, strays []billing.StrayCharge) {
 	fmt.Fprintln(tw, "  AT\tEVENT (KEY)\tPROVIDER CHARGE ID\tSENDER\tCLAIM THEN")
 	for _, s := range strays {
 		then := "none"
-		if s.ClaimStatus != billing.ClaimReleased {
-			then = fmt.Sprintf("%s, event %s", s.ClaimStatus, s.ClaimEventID)
+		if s.ClaimState != billing.ClaimReleased {
+			then = fmt.Sprintf("%s, event %s", s.ClaimState, s.ClaimEventID)
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", stamp(s.At), s.EventID, s.ProviderChargeID, s.Sender, then)
 	}

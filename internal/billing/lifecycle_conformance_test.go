@@ -108,7 +108,7 @@ func confReset(ctx context.Context, db confDB, w world, decideAfter time.Duratio
 VALUES ($1, $2, $3, $4::numeric, now() - $5 * interval '1 microsecond', now(), $6, $7,
   CASE WHEN $6 = 'charged' THEN 'ch_model' END, CASE WHEN $8 THEN now() END, CASE WHEN $8 THEN now() END,
   CASE WHEN $9 THEN now() END, now() + $10 * interval '1 microsecond', now() + $10 * interval '1 microsecond', 'conformance')`,
-			row.OrderID, [16]byte(row.EventID), row.CustomerID, row.Amount.String(), row.Age.Microseconds(), string(row.Status),
+			row.OrderID, [16]byte(row.EventID), row.CustomerID, row.Amount.String(), row.Age.Microseconds(), row.Status.column(),
 			[16]byte(row.Attempt), w.claim.parked, w.claim.othersSent, decideAfter.Microseconds())
 		if err != nil {
 			return fmt.Errorf("insert the claim: %w", err)
@@ -150,7 +150,7 @@ FROM (SELECT 1) AS one LEFT JOIN charge c ON c.order_id = 1`, confGroup).Scan(&i
 	}
 	if id != nil {
 		n.claim.exists, n.claim.owner, n.claim.creator = true, -1, -1
-		n.claim.status, n.claim.parked, n.claim.othersSent, n.claim.old = mstatusOf(ClaimStatus(*status)), *parked, *others, *old
+		n.claim.status, n.claim.parked, n.claim.othersSent, n.claim.old = mstatusOf(ClaimState(*status)), *parked, *others, *old
 		for i := range w.n {
 			if *id == modelID(i) {
 				n.claim.owner = i
@@ -527,14 +527,14 @@ func confOperatorModel(r modelRules, w world, act OperatorAction, open bool) (bo
 	if !r.operatorMay(mw) {
 		return false, w
 	}
-	next, err := r.operator(string(c.status.claim()), confOperatorRequest(act))
+	next, _, err := r.next(c.state(), ClaimInput{Actor: ActorOperator, Operator: operatorMove(confOperatorRequest(act), c)})
 	if err != nil {
 		return false, w
 	}
-	if next == "" {
+	if next == ClaimReleased {
 		w.claim = claimM{}
 	} else {
-		w.claim.status = mstatusOf(ClaimStatus(next))
+		w.claim.status = mstatusOf(next)
 	}
 	return true, w
 }

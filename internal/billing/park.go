@@ -86,7 +86,7 @@ func (s *Service) Park(ctx context.Context, ev events.OrderConfirmed, rec Record
 // The completer's statements for parked claims.
 const (
 	// parkedDueSQL selects the parked claims whose next re-send is due.
-	parkedDueSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token, ` + ageColumn + ` FROM charge
+	parkedDueSQL = `SELECT ` + claimColumns + ` FROM charge
 WHERE status = 'pending' AND parked_at IS NOT NULL AND next_send_at <= now() ORDER BY next_send_at LIMIT $1`
 	// stillUnknownSQL records a re-send whose outcome stayed unknown; a
 	// parked claim's next re-send backs off exponentially from a second,
