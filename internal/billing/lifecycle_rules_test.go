@@ -171,8 +171,9 @@ func decideBefore29(row Claim, found bool, ev events.OrderConfirmed, blockAfter 
 
 // productionRules are the rules of this code: decide and the claim's
 // transition function (ClaimState.Next, the operator's moves included) as
-// they are, the statements' guards written
-// as functions (deferSQL, takeDeferredSQL, releaseSQL, claimSQL's ahead),
+// they are, deferSQL's and takeDeferredSQL's guards as the deferred
+// event's transition function (DeferredState.Next) says, the other
+// statements' guards written as functions (releaseSQL, claimSQL's ahead),
 // every sender checking the pause (SPEC §11 I4), the failure policy
 // (policy.Decide: an event behind a blocked claim deferred at once),
 // parking that keeps the record in a deferred row waiting on its own
@@ -191,12 +192,12 @@ func productionRules() modelRules {
 	// has its row, more than the statement does, never less
 	// (lifecycle_conformance_test.go).
 	r.mayDefer = func(w world, i int8) bool {
-		ownBlocked := w.claim.exists && w.claim.owner == i && w.claim.status == mBlocked
-		return otherClaimUnsettled(w, i) || ownBlocked || deferredAhead(w, i) || w.ev[i].deferred != 0
+		_, effects := deferredState(w, i).Next(deferredInput(w, i, StepDefer))
+		return slices.Contains(effects, DeferredCommit)
 	}
 	r.mayTake = func(w world, i int8) bool {
-		ownWaits := w.claim.exists && w.claim.owner == i && (w.claim.status == mBlocked || w.claim.status == mPending && w.claim.parked)
-		return !otherClaimUnsettled(w, i) && !ownWaits && !deferredAhead(w, i)
+		next, _ := deferredState(w, i).Next(deferredInput(w, i, StepTake))
+		return next == DeferredLeased
 	}
 	r.senderWaitsOnPause = func(int8) bool { return true }
 	r.completerWaitsOnPause = func() bool { return true }
@@ -216,6 +217,26 @@ func productionRules() modelRules {
 	}
 	r.strayCharge = strayCharge
 	return r
+}
+
+// deferredState is event i's deferred state as far as the model needs it:
+// a row (waiting: held or not is the input's to say) or none.
+func deferredState(w world, i int8) DeferredState {
+	if w.ev[i].deferred != 0 {
+		return DeferredWaiting
+	}
+	return DeferredNone
+}
+
+// deferredInput is the deferred lifecycle's question about event i in w.
+// Stored is whether i has a row at all: the model does not tell one record
+// of an event from another (see mayDefer).
+func deferredInput(w world, i int8, step DeferredStep) DeferredInput {
+	in := DeferredInput{Step: step, Claim: ClaimReleased, Ahead: deferredAhead(w, i), Stored: w.ev[i].deferred != 0}
+	if w.claim.exists {
+		in.Claim, in.Own = w.claim.state(), w.claim.owner == i
+	}
+	return in
 }
 
 // strayCharge is the 2xx rule (SPEC §11, recordStray): a 2xx for event

@@ -2,6 +2,7 @@ package billing_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -167,5 +168,91 @@ func TestClaimStateNextOperator(t *testing.T) {
 		if errors.As(err, &inflight) != !tc.allowed.IsZero() || inflight != nil && !inflight.AllowedAt.Equal(tc.allowed) {
 			t.Errorf("%s: err %v; want an *InFlightError allowed at %v: %v", tc.name, err, tc.allowed, !tc.allowed.IsZero())
 		}
+	}
+}
+
+// TestDeferredStateNext is the deferred event's transition function's
+// table: every step from every state, over every claim the order may
+// have (none, the event's own or another's, in every state) and an event
+// deferred before it or not.
+func TestDeferredStateNext(t *testing.T) {
+	states := []billing.DeferredState{billing.DeferredNone, billing.DeferredWaiting, billing.DeferredHeld, billing.DeferredLeased}
+	claims := []billing.ClaimState{billing.ClaimReleased, billing.ClaimPending, billing.ClaimParked, billing.ClaimBlocked, billing.ClaimCharged}
+	store := []billing.DeferredEffect{billing.DeferredStore, billing.DeferredCommit}
+	for _, s := range states {
+		for _, c := range claims {
+			for _, own := range []bool{false, true} {
+				if c == billing.ClaimReleased && own {
+					continue
+				}
+				for _, ahead := range []bool{false, true} {
+					name := func(step string) string {
+						return string(s) + ", " + step + fmt.Sprintf(", claim %s own=%v, ahead=%v", c, own, ahead)
+					}
+					in := billing.DeferredInput{Claim: c, Own: own, Ahead: ahead}
+					// deferSQL: stored while another's claim is unsettled or
+					// blocked, its own is blocked, or an event is ahead.
+					held := ahead || !own && (c == billing.ClaimPending || c == billing.ClaimParked || c == billing.ClaimBlocked) ||
+						own && c == billing.ClaimBlocked
+					want, effects := s, []billing.DeferredEffect(nil)
+					if held {
+						want, effects = billing.DeferredWaiting, store
+						if c == billing.ClaimBlocked {
+							want = billing.DeferredHeld
+						}
+						if s == billing.DeferredLeased {
+							want = s
+						}
+					}
+					in.Step = billing.StepDefer
+					checkDeferred(t, name("defer"), s, in, want, effects)
+					in.Stored = true
+					checkDeferred(t, name("defer, stored already"), s, in, s, []billing.DeferredEffect{billing.DeferredCommit})
+					in.Stored = false
+
+					// takeDeferredSQL: free of blocked claims, of another's
+					// unsettled one, of its own parked one, of rows ahead.
+					free := !ahead && c != billing.ClaimBlocked && !(c == billing.ClaimPending && !own) && c != billing.ClaimParked
+					for _, over := range []bool{false, true} {
+						in.Step, in.LeaseOver = billing.StepTake, over
+						want, effects := s, []billing.DeferredEffect(nil)
+						if free && s != billing.DeferredNone && (s != billing.DeferredLeased || over) {
+							want, effects = billing.DeferredLeased, []billing.DeferredEffect{billing.DeferredLease}
+						}
+						checkDeferred(t, name(fmt.Sprintf("take, lease over=%v", over)), s, in, want, effects)
+					}
+					in.LeaseOver = false
+
+					// A decision moves only a leased row, whatever the order.
+					for d, w := range map[billing.Decision]struct {
+						next billing.DeferredState
+						e    billing.DeferredEffect
+					}{
+						billing.DecisionDurable:        {billing.DeferredNone, billing.DeferredFinish},
+						billing.DecisionGiveBack:       {billing.DeferredWaiting, billing.DeferredRetry},
+						billing.DecisionGiveBackUnsent: {billing.DeferredWaiting, billing.DeferredRetryNow},
+						billing.DecisionLeave:          {billing.DeferredLeased, 0},
+					} {
+						in.Step, in.Decision = billing.StepDecided, d
+						want, effects := s, []billing.DeferredEffect(nil)
+						if s == billing.DeferredLeased {
+							want = w.next
+							if w.e != 0 {
+								effects = []billing.DeferredEffect{w.e}
+							}
+						}
+						checkDeferred(t, name(fmt.Sprintf("decided %d", d)), s, in, want, effects)
+					}
+				}
+			}
+		}
+	}
+}
+
+func checkDeferred(t *testing.T, name string, s billing.DeferredState, in billing.DeferredInput, want billing.DeferredState, effects []billing.DeferredEffect) {
+	t.Helper()
+	got, e := s.Next(in)
+	if got != want || !slices.Equal(e, effects) {
+		t.Errorf("%s: %s, %v; want %s, %v", name, got, e, want, effects)
 	}
 }
