@@ -28,7 +28,7 @@ const completerLockKey int64 = 0x636f6d706c657465
 // After it records that it sends (charge.others_sent_at, committed before
 // the request leaves), re-sends the claim's request — the claiming
 // event's Idempotency-Key with the body rebuilt from the claim,
-// byte-identical to the original — and settles it as NextClaimStatus says
+// byte-identical to the original — and settles it as ClaimState.Next says
 // for ActorCompleter:
 //
 //	2xx                      charged, with the provider's charge id

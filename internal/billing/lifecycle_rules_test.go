@@ -205,7 +205,7 @@ func productionRules() modelRules {
 	// Every send, the creator's first (claimSQL) and retries included, is
 	// recorded before it leaves (markSent), and the operator refuses while
 	// a recorded request may be in flight or still be finished by the
-	// provider (checkInFlight: decide_after; SPEC §11 I5).
+	// provider (InFlightFacts: decide_after; SPEC §11 I5).
 	r.recordsSend = func(bool, bool) bool { return true }
 	r.operatorMay = func(w world) bool {
 		return w.claim.held == 0 && !w.inFlight(w.claim.owner, true) && !w.recordedUnsent(w.claim.owner)

@@ -37,8 +37,9 @@ type StrayCharge struct {
 	// SenderCompleter, SenderReconcile).
 	Sender string
 	// ClaimEventID and ClaimState are the order's ledger row as the 2xx
-	// found it: zero and ClaimReleased when there was none. Moved is the
-	// status the row was left in (NextStrayStatus).
+	// found it (its status column: a parked claim is pending here): zero
+	// and ClaimReleased when there was none. Moved is the state the row
+	// was left in (ClaimState.Next, ActorStray).
 	ClaimEventID uuid.UUID
 	ClaimState   ClaimState
 	Moved        ClaimState
