@@ -37,7 +37,8 @@ An operator's decision on one charge ledger claim (see BillingLedgerClaimBlocked
 in docs/operations.md). Only safe moves exist: release deletes a blocked claim
 (so that a redelivery or replay of the order's event may charge it) and only
 when you state that the provider holds no charge for the claim's idempotency
-key (its event id); mark-charged records the provider's charge id on a pending
+key (its event id) and no stray charge is recorded for the order (the provider
+holds money for it: mark it charged instead); mark-charged records the provider's charge id on a pending
 or blocked claim. Each change is written, with the row before and after, to the
 claim_audit table in the same transaction, and logged; show prints the claim,
 that trail, the recorded sends, the events deferred behind the order and any
@@ -248,8 +249,8 @@ func printStrays(w io.Writer, strays []billing.StrayCharge) {
 	fmt.Fprintln(tw, "  AT\tEVENT (KEY)\tPROVIDER CHARGE ID\tSENDER\tCLAIM THEN")
 	for _, s := range strays {
 		then := "none"
-		if s.ClaimStatus != billing.ClaimReleased {
-			then = fmt.Sprintf("%s, event %s", s.ClaimStatus, s.ClaimEventID)
+		if s.ClaimState != billing.ClaimReleased {
+			then = fmt.Sprintf("%s, event %s", s.ClaimState, s.ClaimEventID)
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", stamp(s.At), s.EventID, s.ProviderChargeID, s.Sender, then)
 	}

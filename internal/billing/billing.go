@@ -28,7 +28,12 @@
 // processed_event row with it, and the claim stays 'pending': the event's
 // redelivery or the Completer re-sends the same request and the provider
 // answers from its stored result. What a claim's answer does to it is
-// NextClaimStatus's (claim.go), the one state machine of the money path:
+// ClaimState.Next's (lifecycle.go), the one transition function of the
+// money path, which every actor decides through (the attempts of the
+// event, the completer and reconcile, a stray 2xx, the operator) and whose
+// effects each caller carries out with statements that guard the same
+// rule; a deferred event's lifecycle is DeferredState.Next's
+// (deferred_lifecycle.go):
 // a definite refusal deletes the claim only when the attempt that created
 // it was refused, none of its requests had an unknown outcome and no
 // other attempt recorded a send; a 422 marks it 'blocked' for an
@@ -37,9 +42,10 @@
 //
 // SPEC §11's invariants, and where each is kept:
 //
-//   - I1, once: the claim (claimSQL) and NextClaimStatus's release rule;
+//   - I1, once: the claim (claimSQL) and ClaimState.Next's release rule;
 //     a claim is released only by its creator's definite refusal, or by an
-//     operator once no request can still be processed (I5).
+//     operator once no request can still be processed (I5) and no stray
+//     charge is recorded for the order.
 //   - I2, one true decision: decide (ledger.go) answers a conflict only for
 //     a true one; everything else behind a claim waits or is held.
 //   - I3, a path to the charge: an event behind a blocked claim is held
@@ -51,9 +57,9 @@
 //     (inflight.go).
 //
 // lifecycle_*_test.go checks all five over every interleaving of a
-// bounded model whose steps call these functions (decide,
-// NextClaimStatus, nextStatus, policy.Decide) and the statements' guards,
-// written as functions; internal/modelcheck is the explorer.
+// bounded model whose steps call these functions (decide, ClaimState.Next,
+// DeferredState.Next, policy.Decide) and the statements' guards written as
+// functions; internal/modelcheck is the explorer.
 package billing
 
 import (

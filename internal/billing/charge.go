@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,7 +49,7 @@ func (s *Service) charge(ctx context.Context, ev events.OrderConfirmed, created 
 // false), the charges in parallel (on pool, nil for one event), the claims
 // of the charged events marked 'charged', one COMMIT. A failed charge
 // fails its own event only; the claims of the failed events then move as
-// NextClaimStatus says (settleFailed).
+// the claim's transition function says (ClaimState.Next, settleFailed).
 //
 // Its error means that nothing was recorded or sent: dedup.ErrNoPartition
 // (wrapped) when an event falls outside the processed_event partitions, or
@@ -360,9 +361,9 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfi
 	return nil
 }
 
-// settleFailed moves the claims of the events whose charge failed as
-// NextClaimStatus says (release, block, or leave pending) and logs what a
-// kept claim means.
+// settleFailed carries out, for the claims of the events whose charge
+// failed, the effects of the claim's transition (ClaimState.Next: release,
+// block, or nothing) and logs what a kept claim means.
 func (s *Service) settleFailed(ctx context.Context, evs []events.OrderConfirmed, created []bool, atts []*attempt, failed []int, out []response) {
 	var release []events.OrderConfirmed
 	var tokens [][16]byte
@@ -372,10 +373,13 @@ func (s *Service) settleFailed(ctx context.Context, evs []events.OrderConfirmed,
 		if created[i] {
 			actor = ActorCreator
 		}
-		switch NextClaimStatus(ClaimFacts{Answer: answerOf(err), Actor: actor, UnknownSeen: atts[i].unknown.Load()}) {
-		case ClaimBlocked:
+		// The claim is this event's own and unsettled as far as this
+		// attempt knows; the statements' guards check it on the row.
+		_, effects, _ := ClaimPending.Next(ClaimInput{Answer: answerOf(err), Actor: actor, UnknownSeen: atts[i].unknown.Load()})
+		switch {
+		case slices.Contains(effects, EffectBlock):
 			s.block(ctx, []events.OrderConfirmed{ev}, err.Error())
-		case ClaimReleased:
+		case slices.Contains(effects, EffectRelease):
 			release, tokens = append(release, ev), append(tokens, atts[i].id)
 		default:
 			if definiteRefusal(err) {

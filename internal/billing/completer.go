@@ -28,7 +28,7 @@ const completerLockKey int64 = 0x636f6d706c657465
 // After it records that it sends (charge.others_sent_at, committed before
 // the request leaves), re-sends the claim's request — the claiming
 // event's Idempotency-Key with the body rebuilt from the claim,
-// byte-identical to the original — and settles it as NextClaimStatus says
+// byte-identical to the original — and settles it as ClaimState.Next says
 // for ActorCompleter:
 //
 //	2xx                      charged, with the provider's charge id
@@ -159,7 +159,7 @@ type PassOptions struct {
 const (
 	// staleClaimsSQL selects the pending claims older than $1 and the
 	// parked ones whose next re-send is due.
-	staleClaimsSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token, ` + ageColumn + ` FROM charge
+	staleClaimsSQL = `SELECT ` + claimColumns + ` FROM charge
 WHERE status = 'pending' AND (claimed_at < now() - $1 * interval '1 millisecond' OR parked_at IS NOT NULL AND next_send_at <= now())
 ORDER BY claimed_at LIMIT $2`
 	unsettledSQL = `SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'blocked'),
@@ -227,7 +227,7 @@ func (c *Completer) blocked(ctx context.Context, conn *pgxpool.Conn) ([]Settled,
 		if err := row.Scan(&s.OrderID, (*[16]byte)(&s.EventID), &s.CustomerID, &amount, &status, &s.ClaimedAt, &s.Detail); err != nil {
 			return s, err
 		}
-		s.Status, s.Result = ClaimStatus(status), string(ClaimBlocked)
+		s.Status, s.Result = ClaimState(status), string(ClaimBlocked)
 		a, err := money.ParseAmount(amount)
 		s.Amount = a
 		return s, err

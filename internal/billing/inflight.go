@@ -65,30 +65,57 @@ const oldReplicasSQL = `SELECT now(), count(*), max(heartbeat_at) + ($2::bigint 
 coalesce(string_agg(replica_id || ' (level ' || binary_level || ')', ', ' ORDER BY replica_id), '')
 FROM billing_replica WHERE binary_level < $1 AND heartbeat_at > now() - ($2::bigint + $3::bigint) * interval '1 millisecond'`
 
-// checkInFlight returns an *InFlightError when a move on cl, read FOR
-// UPDATE in tx (so that no send is recorded meanwhile), must wait.
-func checkInFlight(ctx context.Context, tx pgx.Tx, cl OperatorClaim) error {
-	var now time.Time
-	var n int
-	var staleAt *time.Time
-	var who string
-	stale := migrations.ReplicaStaleAfter.Milliseconds()
-	bound := UnrecordedProviderBound
+// InFlightFacts are what says whether a request for a claim may still be
+// in flight or be finished by the provider (SPEC §11 I5), all by the
+// database's clock: read by readInFlight with the claim locked, decided
+// by refusal (in the claim's transition function, operatorNext). The
+// zero value refuses nothing.
+type InFlightFacts struct {
+	Now time.Time
+	// InFlightUntil is the claim's latest recorded send's deadline,
+	// DecideAfter that plus the provider's bound (zero for none recorded).
+	InFlightUntil, DecideAfter time.Time
+	// OldReplicas counts the replicas of a level below SendsRecordedFrom
+	// that heartbeat within the stale window plus Bound (the provider's
+	// bound on their last unrecorded request); OldUntil is when the last
+	// of them is past that, OldWho who they are.
+	OldReplicas int
+	OldUntil    time.Time
+	OldWho      string
+	Bound       time.Duration
+}
+
+// readInFlight reads the facts of cl, read FOR UPDATE in tx (so that no
+// send is recorded meanwhile).
+func readInFlight(ctx context.Context, tx pgx.Tx, cl OperatorClaim) (InFlightFacts, error) {
+	f := InFlightFacts{InFlightUntil: cl.InFlightUntil, DecideAfter: cl.DecideAfter, Bound: UnrecordedProviderBound}
 	if !cl.DecideAfter.IsZero() && !cl.InFlightUntil.IsZero() {
-		bound = cl.DecideAfter.Sub(cl.InFlightUntil)
+		f.Bound = cl.DecideAfter.Sub(cl.InFlightUntil)
 	}
-	if err := tx.QueryRow(ctx, oldReplicasSQL, SendsRecordedFrom, stale, bound.Milliseconds()).Scan(&now, &n, &staleAt, &who); err != nil {
-		return fmt.Errorf("read billing_replica: %w", err)
+	var staleAt *time.Time
+	stale := migrations.ReplicaStaleAfter.Milliseconds()
+	if err := tx.QueryRow(ctx, oldReplicasSQL, SendsRecordedFrom, stale, f.Bound.Milliseconds()).Scan(&f.Now, &f.OldReplicas, &staleAt, &f.OldWho); err != nil {
+		return f, fmt.Errorf("read billing_replica: %w", err)
 	}
-	if n > 0 {
-		return &InFlightError{AllowedAt: *staleAt, Wait: staleAt.Sub(now), Why: fmt.Sprintf(
+	if staleAt != nil {
+		f.OldUntil = *staleAt
+	}
+	return f, nil
+}
+
+// refusal is the I5 rule: an *InFlightError while an old replica may
+// still have a request at the provider, or before the claim's
+// decide_after; nil when a decision is safe now.
+func (f InFlightFacts) refusal() *InFlightError {
+	if f.OldReplicas > 0 {
+		return &InFlightError{AllowedAt: f.OldUntil, Wait: f.OldUntil.Sub(f.Now), Why: fmt.Sprintf(
 			"%d replica(s) of a binary below level %d ran within the provider's bound (%s) of their last heartbeat (%s): they send without recording it, so a request for this claim may still be in flight or be finished by the provider; finish the upgrade, then wait until the time below",
-			n, SendsRecordedFrom, bound, who)}
+			f.OldReplicas, SendsRecordedFrom, f.Bound, f.OldWho)}
 	}
-	if cl.DecideAfter.After(now) {
-		return &InFlightError{AllowedAt: cl.DecideAfter, Wait: cl.DecideAfter.Sub(now), Why: fmt.Sprintf(
+	if f.DecideAfter.After(f.Now) {
+		return &InFlightError{AllowedAt: f.DecideAfter, Wait: f.DecideAfter.Sub(f.Now), Why: fmt.Sprintf(
 			"a request for this claim may still be in flight (the latest recorded send's deadline is %s) or still be finished by the provider (BILLING_PROVIDER_MAX_PROCESSING after it); later if another send is recorded meanwhile",
-			cl.InFlightUntil.UTC().Format(time.RFC3339))}
+			f.InFlightUntil.UTC().Format(time.RFC3339))}
 	}
 	return nil
 }

@@ -263,7 +263,7 @@ decide_after = least(decide_after, now() - interval '1 second') WHERE order_id =
 // A release now, followed by another event charging the order while the
 // old request may still be taken, would charge twice (I1): the command
 // refuses until the old replica's last heartbeat + the stale window + the
-// provider bound. (A review found checkInFlight allowing it at heartbeat
+// provider bound. (A review found the guard allowing it at heartbeat
 // + 60 s.)
 func TestOperatorWaitsOutAnOldReplicasLastRequest(t *testing.T) {
 	pool := pgtest.NewPool(t)

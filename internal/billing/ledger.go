@@ -23,8 +23,9 @@ type Claim struct {
 	EventID    uuid.UUID
 	CustomerID int64
 	Amount     money.Amount
-	Status     ClaimStatus
-	ClaimedAt  time.Time
+	// Status is the claim's state, parked included (claimStateOf).
+	Status    ClaimState
+	ClaimedAt time.Time
 	// Age is how old the claim was when it was read, by the database's
 	// clock (now() - claimed_at), never a replica's: replicas with skewed
 	// clocks agree on it (SPEC §10).
@@ -70,10 +71,12 @@ UNION ALL SELECT event_id, reason, error FROM dl`
 const (
 	// lookupSQL returns the rows that stopped a claim: the order's row,
 	// and the row of another order holding the event_id, if any.
-	lookupSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token, ` + ageColumn + ` FROM charge
+	lookupSQL = `SELECT ` + claimColumns + ` FROM charge
 WHERE order_id = ANY($1) OR event_id = ANY($2)`
-	// ageColumn is a claim's age in microseconds by the database's clock,
-	// the last column scanClaim reads.
+	// claimColumns are the columns scanClaim reads; the last two are the
+	// claim's age (ageColumn) and whether it is parked (claimStateOf).
+	claimColumns = `order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token, ` + ageColumn + `, parked_at IS NOT NULL`
+	// ageColumn is a claim's age in microseconds by the database's clock.
 	ageColumn = `(extract(epoch FROM now() - claimed_at) * 1000000)::bigint`
 	// releaseSQL is the release rule on the row itself: only the creating
 	// attempt's token, and only while no other attempt recorded a send.
@@ -98,7 +101,7 @@ const (
 	// released it meanwhile): claim again.
 	verdictReclaim
 	// verdictBlock: the row is the event's own pending claim, too old to
-	// re-send (NextClaimStatus): block it; the event is held behind it
+	// re-send (ClaimState.Next): block it; the event is held behind it
 	// (ErrHeld), decided with the operator's decision.
 	verdictBlock
 )
@@ -106,16 +109,17 @@ const (
 // decide is the one place that says what an existing claim means for ev,
 // for the single and the batched path alike. found is false when the
 // claim's insert conflicted but no row turned up. Whether ev's own pending
-// claim is sent again is NextClaimStatus's: not when it is older than
-// blockAfter (the provider may have forgotten its key). An event behind a
+// or parked claim is sent again is the claim's transition function's
+// (ClaimState.Next, an attempt of the event asking to send): not when it
+// is older than blockAfter (the provider may have forgotten its key). An event behind a
 // blocked claim, its own or another event's, is held (ErrHeld), never a
 // Conflict: the operator's decision on the claim decides it (SPEC §11, I3).
 // A Conflict is only a true one: another body under the event's id, or
 // another amount for an order another event charged.
 func decide(row Claim, found bool, ev events.OrderConfirmed, blockAfter time.Duration) (verdict, Outcome, error) {
-	own := found && row.OrderID == ev.OrderID && row.EventID == ev.EventID && row.Status == ClaimPending &&
+	own := found && row.OrderID == ev.OrderID && row.EventID == ev.EventID && row.Status.Unsettled() &&
 		row.Amount == ev.TotalAmount && row.CustomerID == ev.CustomerID
-	if own && NextClaimStatus(ClaimFacts{Answer: AnswerNone, Age: row.Age, BlockAfter: blockAfter}) == ClaimBlocked {
+	if next, _, _ := row.Status.Next(ClaimInput{Actor: ActorEvent, Age: row.Age, BlockAfter: blockAfter}); own && next == ClaimBlocked {
 		return verdictBlock, "", heldf("order %d: the claim of event %s is %s old, past the block-after limit: its request is not re-sent (the provider may have forgotten the key); blocked, an operator decides",
 			ev.OrderID, ev.EventID, row.Age.Round(time.Second))
 	}
@@ -133,7 +137,7 @@ func decide(row Claim, found bool, ev events.OrderConfirmed, blockAfter time.Dur
 		return verdictCharge, "", nil
 	case row.EventID == ev.EventID:
 		return verdictDone, Duplicate, nil
-	case row.Status == ClaimPending:
+	case row.Status.Unsettled():
 		return verdictDone, "", fault.Errorf(fault.Busy, "order %d is claimed by event %s, whose charge is not settled yet", ev.OrderID, row.EventID)
 	case row.Amount != ev.TotalAmount || row.CustomerID != ev.CustomerID:
 		return verdictDone, "", fault.Errorf(fault.Conflict, "order %d already charged by event %s with other parameters", ev.OrderID, row.EventID)
@@ -312,18 +316,18 @@ func (s *Service) lookup(ctx context.Context, evs []events.OrderConfirmed, idx [
 	return l, nil
 }
 
-// scanClaim scans order_id, event_id, customer_id, amount::text, status,
-// claimed_at, claim_token and ageColumn.
+// scanClaim scans claimColumns.
 func scanClaim(row pgx.CollectableRow) (Claim, error) {
 	var c Claim
 	var amount, status string
 	var token pgtype.UUID // NULL for claims made before claim_token existed
 	var age int64
-	if err := row.Scan(&c.OrderID, (*[16]byte)(&c.EventID), &c.CustomerID, &amount, &status, &c.ClaimedAt, &token, &age); err != nil {
+	var parked bool
+	if err := row.Scan(&c.OrderID, (*[16]byte)(&c.EventID), &c.CustomerID, &amount, &status, &c.ClaimedAt, &token, &age, &parked); err != nil {
 		return Claim{}, err
 	}
 	c.Age = time.Duration(age) * time.Microsecond
-	c.Status = ClaimStatus(status)
+	c.Status = claimStateOf(status, parked)
 	if token.Valid {
 		c.Attempt = token.Bytes
 	}

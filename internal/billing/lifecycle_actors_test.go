@@ -17,8 +17,8 @@ func (s *stepper) completer() {
 	due := c.exists && c.status == mPending
 	if !w.comp.busy && due && !(s.r.completerWaitsOnPause() && w.paused) {
 		n := w
-		facts := ClaimFacts{Actor: ActorCompleter, Age: modelAgeOf(c), BlockAfter: modelBlockAfter}
-		if s.r.next(facts) == ClaimBlocked {
+		next, _, _ := s.r.next(c.state(), ClaimInput{Actor: ActorCompleter, Age: modelAgeOf(c), BlockAfter: modelBlockAfter})
+		if next == ClaimBlocked {
 			n.claim.status = mBlocked
 			s.add("completer blocks "+eventNames[c.owner]+"'s claim: past block-after", n)
 		} else {
@@ -37,13 +37,14 @@ func (s *stepper) completer() {
 		n.comp = completerM{}
 		n.claim.held--
 		if owns(n.claim, key) {
-			switch s.r.next(ClaimFacts{Answer: ans, Actor: ActorCompleter, Age: modelAgeOf(n.claim), BlockAfter: modelBlockAfter}) {
-			case ClaimCharged:
+			cur := n.claim.state()
+			next, _, _ := s.r.next(cur, ClaimInput{Answer: ans, Actor: ActorCompleter, Age: modelAgeOf(n.claim), BlockAfter: modelBlockAfter})
+			switch {
+			case next == cur:
+			case next == ClaimCharged:
 				n.claim.status, n.claim.parked = mCharged, false
-			case ClaimBlocked:
-				if n.claim.status == mPending {
-					n.claim.status = mBlocked
-				}
+			case next == ClaimBlocked:
+				n.claim.status = mBlocked
 			}
 		}
 		s.add(label, n)
@@ -85,19 +86,26 @@ func (s *stepper) operator() {
 	if charged {
 		req.Action, req.ChargeID = ActionMarkCharged, "ch_model"
 	}
-	next, err := s.r.operator(string(c.status.claim()), req)
+	next, _, err := s.r.next(c.state(), ClaimInput{Actor: ActorOperator, Operator: operatorMove(req, c)})
 	if err != nil {
 		return
 	}
 	n := w
 	n.raced = n.raced || w.inFlight(c.owner, false)
-	if next == "" {
+	if next == ClaimReleased {
 		n.claim = claimM{}
 		s.add("operator releases "+eventNames[c.owner]+"'s "+string(c.status.claim())+" claim (the provider holds no charge)", n)
 		return
 	}
-	n.claim.status = mstatusOf(ClaimStatus(next))
+	n.claim.status = mstatusOf(next)
 	s.add("operator marks "+eventNames[c.owner]+"'s "+string(c.status.claim())+" claim charged", n)
+}
+
+// operatorMove is the operator's req on the model's claim c: the in-flight
+// window is operatorMay's (the rules' guard), so Window is left empty.
+func operatorMove(req OperatorRequest, c claimM) OperatorMove {
+	return OperatorMove{Action: req.Action, ProviderHoldsNoCharge: req.ProviderHoldsNoCharge, ChargeID: req.ChargeID,
+		StrayCharges: int(c.strays)}
 }
 
 // environment: pause and resume, a crash, a claim ageing past

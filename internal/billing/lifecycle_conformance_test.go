@@ -97,10 +97,19 @@ func confRecord(i int8, fresh bool) Record {
 
 // confReset replaces the order's rows by w's: the claim as w.row() reads
 // it (its age by the database's clock), and the deferred rows in w's
-// order. decideAfter is the claim's decide_after from now (negative: past).
+// order, and a stray charge of the other event for each of the claim's
+// strays. decideAfter is the claim's decide_after from now (negative: past).
 func confReset(ctx context.Context, db confDB, w world, decideAfter time.Duration) error {
-	if _, err := db.Exec(ctx, `DELETE FROM charge; DELETE FROM deferred_event; DELETE FROM claim_send; DELETE FROM claim_audit`); err != nil {
+	if _, err := db.Exec(ctx, `DELETE FROM charge; DELETE FROM deferred_event; DELETE FROM claim_send; DELETE FROM claim_audit;
+DELETE FROM stray_charge`); err != nil {
 		return err
+	}
+	for range w.claim.strays {
+		_, err := db.Exec(ctx, `INSERT INTO stray_charge (order_id, event_id, provider_charge_id, sender, claim_event_id, claim_status)
+VALUES (1, $1, 'ch_stray', 'creator', NULL, NULL)`, [16]byte(modelID(1-w.claim.owner)))
+		if err != nil {
+			return fmt.Errorf("insert a stray charge: %w", err)
+		}
 	}
 	if row, ok := w.row(); ok {
 		_, err := db.Exec(ctx, `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status,
@@ -108,7 +117,7 @@ func confReset(ctx context.Context, db confDB, w world, decideAfter time.Duratio
 VALUES ($1, $2, $3, $4::numeric, now() - $5 * interval '1 microsecond', now(), $6, $7,
   CASE WHEN $6 = 'charged' THEN 'ch_model' END, CASE WHEN $8 THEN now() END, CASE WHEN $8 THEN now() END,
   CASE WHEN $9 THEN now() END, now() + $10 * interval '1 microsecond', now() + $10 * interval '1 microsecond', 'conformance')`,
-			row.OrderID, [16]byte(row.EventID), row.CustomerID, row.Amount.String(), row.Age.Microseconds(), string(row.Status),
+			row.OrderID, [16]byte(row.EventID), row.CustomerID, row.Amount.String(), row.Age.Microseconds(), row.Status.column(),
 			[16]byte(row.Attempt), w.claim.parked, w.claim.othersSent, decideAfter.Microseconds())
 		if err != nil {
 			return fmt.Errorf("insert the claim: %w", err)
@@ -150,7 +159,7 @@ FROM (SELECT 1) AS one LEFT JOIN charge c ON c.order_id = 1`, confGroup).Scan(&i
 	}
 	if id != nil {
 		n.claim.exists, n.claim.owner, n.claim.creator = true, -1, -1
-		n.claim.status, n.claim.parked, n.claim.othersSent, n.claim.old = mstatusOf(ClaimStatus(*status)), *parked, *others, *old
+		n.claim.status, n.claim.parked, n.claim.othersSent, n.claim.old = mstatusOf(ClaimState(*status)), *parked, *others, *old
 		for i := range w.n {
 			if *id == modelID(i) {
 				n.claim.owner = i
@@ -483,14 +492,20 @@ func TestStatementsConformToTheModel(t *testing.T) {
 			}
 			for _, open := range []bool{false, true} {
 				for _, act := range []OperatorAction{ActionRelease, ActionMarkCharged} {
-					name := fmt.Sprintf("ApplyOperator %s, in-flight window open %v", act, open)
-					got, after, err := confOperate(ctx, pool, w, act, open)
-					if err != nil {
-						t.Fatalf("%s from %s: %v", name, w.show(), err)
+					for strays := range int8(2) {
+						if strays > 0 && !w.claim.exists {
+							continue
+						}
+						w.claim.strays = strays
+						name := fmt.Sprintf("ApplyOperator %s, in-flight window open %v, %d stray charge(s)", act, open, strays)
+						got, after, err := confOperate(ctx, pool, w, act, open)
+						if err != nil {
+							t.Fatalf("%s from %s: %v", name, w.show(), err)
+						}
+						want, wantAfter := confOperatorModel(r, w, act, open)
+						bad.compare(name, w, got, "", after, want, "", wantAfter)
+						n++
 					}
-					want, wantAfter := confOperatorModel(r, w, act, open)
-					bad.compare(name, w, got, "", after, want, "", wantAfter)
-					n++
 				}
 			}
 		}
@@ -537,14 +552,14 @@ func confOperatorModel(r modelRules, w world, act OperatorAction, open bool) (bo
 	if !r.operatorMay(mw) {
 		return false, w
 	}
-	next, err := r.operator(string(c.status.claim()), confOperatorRequest(act))
+	next, _, err := r.next(c.state(), ClaimInput{Actor: ActorOperator, Operator: operatorMove(confOperatorRequest(act), c)})
 	if err != nil {
 		return false, w
 	}
-	if next == "" {
+	if next == ClaimReleased {
 		w.claim = claimM{}
 	} else {
-		w.claim.status = mstatusOf(ClaimStatus(next))
+		w.claim.status = mstatusOf(next)
 	}
 	return true, w
 }

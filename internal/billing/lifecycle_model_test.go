@@ -100,7 +100,7 @@ type manswer int8
 
 func (m manswer) a() Answer { return Answer(m) }
 
-// mstatus is a claim's status in the model: a byte, not ClaimStatus's
+// mstatus is a claim's status in the model: a byte, not ClaimState's
 // string, so that a world holds no pointer and the explorer's millions of
 // states cost the garbage collector nothing to scan.
 type mstatus int8
@@ -111,11 +111,12 @@ const (
 	mCharged
 )
 
-func (m mstatus) claim() ClaimStatus {
-	return [...]ClaimStatus{ClaimPending, ClaimBlocked, ClaimCharged}[m]
+func (m mstatus) claim() ClaimState {
+	return [...]ClaimState{ClaimPending, ClaimBlocked, ClaimCharged}[m]
 }
 
-func mstatusOf(s ClaimStatus) mstatus {
+// mstatusOf is s's status column: mPending for a parked claim.
+func mstatusOf(s ClaimState) mstatus {
 	switch s {
 	case ClaimBlocked:
 		return mBlocked
@@ -123,6 +124,12 @@ func mstatusOf(s ClaimStatus) mstatus {
 		return mCharged
 	}
 	return mPending
+}
+
+// state is c's state as production derives it (claimStateOf): parked
+// for a pending claim that is parked.
+func (c claimM) state() ClaimState {
+	return claimStateOf(string(c.status.claim()), c.parked)
 }
 
 // claimM is the order's row in the charge ledger.
@@ -266,7 +273,7 @@ func (w *world) row() (Claim, bool) {
 	}
 	ev := w.modelEvent(c.owner)
 	age := modelAgeOf(c)
-	return Claim{OrderID: 1, EventID: ev.EventID, CustomerID: ev.CustomerID, Amount: ev.TotalAmount, Status: c.status.claim(),
+	return Claim{OrderID: 1, EventID: ev.EventID, CustomerID: ev.CustomerID, Amount: ev.TotalAmount, Status: c.state(),
 		Age: age, Attempt: modelToken(c.owner, c.creator-1)}, true
 }
 

@@ -22,10 +22,9 @@ type modelRules struct {
 	// decide is what an existing claim means for an arriving event
 	// (ledger.go's decide).
 	decide func(row Claim, found bool, ev events.OrderConfirmed, blockAfter time.Duration) (verdict, Outcome, error)
-	// next is NextClaimStatus.
-	next func(ClaimFacts) ClaimStatus
-	// operator is the operator's transition (operator.go).
-	operator func(status string, req OperatorRequest) (string, error)
+	// next is the claim's transition function (ClaimState.Next), for the
+	// senders, a stray 2xx and the operator alike.
+	next func(ClaimState, ClaimInput) (ClaimState, []Effect, error)
 	// operatorMay is the command's guard beyond the transition: the row
 	// lock it waits for, the in-flight window it refuses in.
 	operatorMay func(w world) bool
@@ -102,7 +101,7 @@ func parkable(w world, i int8) bool { return ownPending(w.claim, i) }
 // dead-lettered as a conflict.
 func rulesBefore29() modelRules {
 	return modelRules{
-		name: "before issue 29", decide: decideBefore29, next: NextClaimStatus, operator: nextStatus,
+		name: "before issue 29", decide: decideBefore29, next: ClaimState.Next,
 		operatorMay:    func(w world) bool { return w.claim.held == 0 },
 		heldByDeferred: deferredAhead,
 		mayDefer:       func(w world, i int8) bool { return otherClaimUnsettled(w, i) || deferredAhead(w, i) },
@@ -173,9 +172,9 @@ func policyBefore29(w world, i, by int8, err error) []action {
 // claim, another event's or the event's own, dead-letters the event as a
 // conflict).
 func decideBefore29(row Claim, found bool, ev events.OrderConfirmed, blockAfter time.Duration) (verdict, Outcome, error) {
-	own := found && row.OrderID == ev.OrderID && row.EventID == ev.EventID && row.Status == ClaimPending &&
+	own := found && row.OrderID == ev.OrderID && row.EventID == ev.EventID && row.Status.Unsettled() &&
 		row.Amount == ev.TotalAmount && row.CustomerID == ev.CustomerID
-	if own && NextClaimStatus(ClaimFacts{Answer: AnswerNone, Age: row.Age, BlockAfter: blockAfter}) == ClaimBlocked {
+	if next, _, _ := row.Status.Next(ClaimInput{Actor: ActorEvent, Age: row.Age, BlockAfter: blockAfter}); own && next == ClaimBlocked {
 		return verdictBlock, "", fault.Errorf(fault.Conflict, "own claim past block-after")
 	}
 	switch {
@@ -191,7 +190,7 @@ func decideBefore29(row Claim, found bool, ev events.OrderConfirmed, blockAfter 
 		return verdictCharge, "", nil
 	case row.EventID == ev.EventID:
 		return verdictDone, Duplicate, nil
-	case row.Status == ClaimPending:
+	case row.Status.Unsettled():
 		return verdictDone, "", fault.Errorf(fault.Busy, "claimed by another event")
 	case row.Amount != ev.TotalAmount || row.CustomerID != ev.CustomerID:
 		return verdictDone, "", fault.Errorf(fault.Conflict, "charged with other parameters")
@@ -200,9 +199,11 @@ func decideBefore29(row Claim, found bool, ev events.OrderConfirmed, blockAfter 
 	}
 }
 
-// productionRules are the rules of this code: decide, NextClaimStatus and
-// the operator's transition as they are, the statements' guards written
-// as functions (deferSQL, takeDeferredSQL, releaseSQL, claimSQL's ahead),
+// productionRules are the rules of this code: decide and the claim's
+// transition function (ClaimState.Next, the operator's moves included) as
+// they are, deferSQL's and takeDeferredSQL's guards as the deferred
+// event's transition function (DeferredState.Next) says, the other
+// statements' guards written as functions (releaseSQL, claimSQL's ahead),
 // every sender checking the pause (SPEC §11 I4), the failure policy
 // (policy.Decide: an event behind a blocked claim deferred at once),
 // parking that keeps the record in a deferred row waiting on its own
@@ -221,12 +222,12 @@ func productionRules() modelRules {
 	// has its row, more than the statement does, never less
 	// (lifecycle_conformance_test.go).
 	r.mayDefer = func(w world, i int8) bool {
-		ownBlocked := w.claim.exists && w.claim.owner == i && w.claim.status == mBlocked
-		return otherClaimUnsettled(w, i) || ownBlocked || deferredAhead(w, i) || w.ev[i].deferred != 0
+		_, effects := deferredState(w, i).Next(deferredInput(w, i, StepDefer))
+		return slices.Contains(effects, DeferredCommit)
 	}
 	r.mayTake = func(w world, i int8) bool {
-		ownWaits := w.claim.exists && w.claim.owner == i && (w.claim.status == mBlocked || w.claim.status == mPending && w.claim.parked)
-		return !otherClaimUnsettled(w, i) && !ownWaits && !deferredAhead(w, i)
+		next, _ := deferredState(w, i).Next(deferredInput(w, i, StepTake))
+		return next == DeferredLeased
 	}
 	r.senderWaitsOnPause = func(int8) bool { return true }
 	r.completerWaitsOnPause = func() bool { return true }
@@ -234,7 +235,7 @@ func productionRules() modelRules {
 	// Every send, the creator's first (claimSQL) and retries included, is
 	// recorded before it leaves (markSent), and the operator refuses while
 	// a recorded request may be in flight or still be finished by the
-	// provider (checkInFlight: decide_after; SPEC §11 I5).
+	// provider (InFlightFacts: decide_after; SPEC §11 I5).
 	r.recordsSend = func(bool, bool) bool { return true }
 	r.operatorMay = func(w world) bool {
 		return w.claim.held == 0 && !w.inFlight(w.claim.owner, true) && !w.recordedUnsent(w.claim.owner)
@@ -252,24 +253,45 @@ func productionRules() modelRules {
 	return r
 }
 
+// deferredState is event i's deferred state as far as the model needs it:
+// a row (waiting: held or not is the input's to say) or none.
+func deferredState(w world, i int8) DeferredState {
+	if w.ev[i].deferred != 0 {
+		return DeferredWaiting
+	}
+	return DeferredNone
+}
+
+// deferredInput is the deferred lifecycle's question about event i in w.
+// Stored is whether i has a row at all: the model does not tell one record
+// of an event from another (see mayDefer).
+func deferredInput(w world, i int8, step DeferredStep) DeferredInput {
+	in := DeferredInput{Step: step, Claim: ClaimReleased, Ahead: deferredAhead(w, i), Stored: w.ev[i].deferred != 0}
+	if w.claim.exists {
+		in.Claim, in.Own = w.claim.state(), w.claim.owner == i
+	}
+	return in
+}
+
 // strayCharge is the 2xx rule (SPEC §11, recordStray): a 2xx for event
 // i whose claim is gone or another event's is recorded (claim.strays),
-// the order's row moves as NextStrayStatus says, and the event is
-// charged.
+// the order's row moves as the claim's transition function says for a
+// stray 2xx (ActorStray), and the event is charged.
 func strayCharge(s *stepper, w world, i, by int8, label string) {
 	current := ClaimReleased
 	if w.claim.exists {
-		current = w.claim.status.claim()
+		current = w.claim.state()
 	}
 	n := w
-	switch next := NextStrayStatus(current); {
+	next, _, _ := s.r.next(current, ClaimInput{Actor: ActorStray})
+	switch {
 	case !w.claim.exists:
 		n.claim = claimM{exists: true, owner: i, status: mstatusOf(next)}
 	default:
 		n.claim.status = mstatusOf(next)
 	}
 	n.claim.strays = min(n.claim.strays+1, 2)
-	s.finish(n, i, by, outCharged, label+": a stray charge, recorded; the claim "+string(current)+" -> "+string(NextStrayStatus(current)))
+	s.finish(n, i, by, outCharged, label+": a stray charge, recorded; the claim "+string(current)+" -> "+string(next))
 }
 
 // modelPolicy is the failure policy's configuration in the model: its

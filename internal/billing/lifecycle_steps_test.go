@@ -210,7 +210,7 @@ func abandon(w *world, i int8, req requestM) bool {
 	return true
 }
 
-// answered settles the claim as the rules' NextClaimStatus says and
+// answered settles the claim as the rules' transition function says and
 // carries out the pipeline's failure policy.
 func (s *stepper) answered(w world, i, by int8, ans Answer, label string) {
 	a := w.ev[i].att[by]
@@ -233,7 +233,7 @@ func (s *stepper) answered(w world, i, by int8, ans Answer, label string) {
 		n.ev[i].att[by].unknown = true
 	}
 	if ownPending(n.claim, i) {
-		switch s.r.next(ClaimFacts{Answer: ans, Actor: actor, UnknownSeen: n.ev[i].att[by].unknown, OthersSent: n.claim.othersSent}) {
+		switch next, _, _ := s.r.next(n.claim.state(), ClaimInput{Answer: ans, Actor: actor, UnknownSeen: n.ev[i].att[by].unknown, OthersSent: n.claim.othersSent}); next {
 		case ClaimBlocked:
 			n.claim.status = mBlocked
 		case ClaimReleased:

@@ -1,7 +1,6 @@
 package billing
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,9 +17,11 @@ import (
 // consumer claim show|release|mark-charged`). The service itself never
 // releases a blocked claim: the provider may hold the money, so a person
 // looks the order up at the provider and decides. Only two moves exist,
-// each guarded by the status it starts from (a statement's WHERE status =
-// ...), so a completer settling the same claim at that moment is never
-// overwritten, and each is written to claim_audit in the same transaction.
+// decided by the claim's transition function (ClaimState.Next,
+// ActorOperator), each statement guarded by the status it starts from (a
+// WHERE status = ...), so a completer settling the same claim at that
+// moment is never overwritten, and each is written to claim_audit in the
+// same transaction.
 
 // OperatorAction is a change an operator may make to a claim.
 type OperatorAction string
@@ -58,43 +59,20 @@ var ErrNoClaim = errors.New("no ledger claim for this order")
 // not allow (or that lacks what it needs); nothing was changed.
 var ErrUnsafe = errors.New("refused")
 
-// nextStatus is the operator's state machine: from the claim's status and
-// the request, the status after the move ("" for a release: the row is
-// deleted), or an ErrUnsafe error saying why not.
-func nextStatus(status string, req OperatorRequest) (string, error) {
-	switch req.Action {
-	case ActionRelease:
-		if status != "blocked" {
-			return "", fmt.Errorf("%w: only a blocked claim may be released; this one is %s", ErrUnsafe, status)
-		}
-		if !req.ProviderHoldsNoCharge {
-			return "", fmt.Errorf("%w: a release needs --provider-holds-no-charge, stating that the provider holds no charge for this claim's idempotency key", ErrUnsafe)
-		}
-		return "", nil
-	case ActionMarkCharged:
-		if status != "pending" && status != "blocked" {
-			return "", fmt.Errorf("%w: only a pending or blocked claim may be marked charged; this one is %s", ErrUnsafe, status)
-		}
-		if strings.TrimSpace(req.ChargeID) == "" {
-			return "", fmt.Errorf("%w: mark-charged needs the provider's charge id (--charge-id)", ErrUnsafe)
-		}
-		return "charged", nil
-	}
-	return "", fmt.Errorf("%w: unknown action %q", ErrUnsafe, req.Action)
-}
-
 // OperatorClaim is a ledger row as an operator sees it.
 type OperatorClaim struct {
 	OrderID, CustomerID int64
 	EventID             uuid.UUID
 	Amount              string // numeric as text: never a float
-	Status              string
-	ProviderChargeID    string
-	ChargedAt           time.Time
-	ClaimedAt           time.Time
-	SettleAttempts      int
-	LastError           string
-	ClaimToken          uuid.UUID // zero when the row has none
+	Status              string // the status column
+	// State is the claim's state (parked: a pending row with parked_at).
+	State            ClaimState
+	ProviderChargeID string
+	ChargedAt        time.Time
+	ClaimedAt        time.Time
+	SettleAttempts   int
+	LastError        string
+	ClaimToken       uuid.UUID // zero when the row has none
 	// InFlightUntil is the latest recorded send's deadline, DecideAfter
 	// that plus the provider's bound: release and mark-charged refuse
 	// before it (SPEC §11 I5). ClaimedBy is the replica that made the
@@ -116,11 +94,12 @@ type AuditEntry struct {
 const (
 	operatorColumns = `order_id, event_id, customer_id, amount::text, status, coalesce(provider_charge_id, ''),
 charged_at, claimed_at, settle_attempts, coalesce(last_error, ''), claim_token,
-in_flight_until, decide_after, coalesce(claimed_by, '')`
+in_flight_until, decide_after, coalesce(claimed_by, ''), parked_at IS NOT NULL`
 	releaseClaimSQL = `DELETE FROM charge c WHERE order_id = $1 AND event_id = $2 AND status = 'blocked'`
 	markChargedSQL  = `UPDATE charge c SET status = 'charged', provider_charge_id = $3, charged_at = now(), last_error = NULL
 WHERE order_id = $1 AND event_id = $2 AND status = $4 RETURNING to_jsonb(c)`
-	auditSQL = `INSERT INTO claim_audit (order_id, action, operator, host, reason, before, after)
+	straysSQL = `SELECT count(*) FROM stray_charge WHERE order_id = $1`
+	auditSQL  = `INSERT INTO claim_audit (order_id, action, operator, host, reason, before, after)
 VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb) RETURNING at`
 )
 
@@ -157,19 +136,22 @@ FROM claim_audit WHERE order_id = $1 ORDER BY at, id`, order)
 }
 
 // ApplyOperator makes req's move on the claim of req.OrderID in one
-// transaction: it locks the row, checks the move with the state machine,
-// changes the row only if it still has the status it was read with, and
-// writes the audit row. It refuses, with an *InFlightError that says from
-// when the move is allowed, while a request for the claim may still take
-// money (checkInFlight). It returns the claim as it was before, and logs
-// the change. Errors: ErrNoClaim, an ErrUnsafe refusal (an *InFlightError
-// among them), or a database error; in every case nothing was changed.
+// transaction: it locks the row, reads the facts the move is decided by —
+// the stray charges recorded for the order, and whether a request for the
+// claim may still take money (readInFlight) — decides the move with the
+// claim's transition function (ClaimState.Next, ActorOperator), carries
+// out its effects with statements that change the row only if it still
+// has the status it was read with, and writes the audit row. It returns
+// the claim as it was before, and logs the change. Errors: ErrNoClaim, an
+// ErrUnsafe refusal (an *InFlightError, saying from when the move is
+// allowed, among them), or a database error; in every case nothing was
+// changed.
 func ApplyOperator(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, req OperatorRequest) (OperatorClaim, error) {
 	if strings.TrimSpace(req.Reason) == "" || strings.TrimSpace(req.Operator) == "" {
 		return OperatorClaim{}, fmt.Errorf("%w: an operator and a reason are required", ErrUnsafe)
 	}
 	var before OperatorClaim
-	var next string
+	var next ClaimState
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var beforeJSON string
 		var err error
@@ -181,37 +163,52 @@ func ApplyOperator(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger,
 		if err != nil {
 			return fmt.Errorf("read claim: %w", err)
 		}
-		if next, err = nextStatus(before.Status, req); err != nil {
+		move := OperatorMove{Action: req.Action, ProviderHoldsNoCharge: req.ProviderHoldsNoCharge, ChargeID: req.ChargeID}
+		if err := tx.QueryRow(ctx, straysSQL, req.OrderID).Scan(&move.StrayCharges); err != nil {
+			return fmt.Errorf("read stray charges: %w", err)
+		}
+		if move.Window, err = readInFlight(ctx, tx, before); err != nil {
 			return err
 		}
-		if err := checkInFlight(ctx, tx, before); err != nil {
+		var effects []Effect
+		if next, effects, err = before.State.Next(ClaimInput{Actor: ActorOperator, Operator: move}); err != nil {
 			return err
 		}
-		var afterJSON *string
-		if req.Action == ActionRelease {
-			tag, err := tx.Exec(ctx, releaseClaimSQL, req.OrderID, before.EventID)
-			if err != nil || tag.RowsAffected() != 1 {
-				return fmt.Errorf("release claim (rows %d): %w", tag.RowsAffected(), err)
-			}
-		} else {
-			afterJSON = new(string)
-			if err := tx.QueryRow(ctx, markChargedSQL, req.OrderID, before.EventID, strings.TrimSpace(req.ChargeID), before.Status).Scan(afterJSON); err != nil {
-				return fmt.Errorf("mark claim charged: %w", err)
-			}
-		}
-		_, err = tx.Exec(ctx, auditSQL, req.OrderID, string(req.Action), req.Operator, req.Host, req.Reason, beforeJSON, afterJSON)
-		if err != nil {
-			return fmt.Errorf("write claim_audit: %w", err)
-		}
-		return nil
+		return operate(ctx, tx, req, before, beforeJSON, effects)
 	})
 	if err != nil {
 		return OperatorClaim{}, fmt.Errorf("%s order %d: %w", req.Action, req.OrderID, err)
 	}
 	logger.Info("operator changed a ledger claim", "action", string(req.Action), "order_id", req.OrderID,
-		"event_id", before.EventID.String(), "before", before.Status, "after", cmp.Or(next, "released"),
+		"event_id", before.EventID.String(), "before", before.Status, "after", string(next),
 		"provider_charge_id", req.ChargeID, "operator", req.Operator, "host", req.Host, "reason", req.Reason)
 	return before, nil
+}
+
+// operate carries out the effects of an operator's move on before, in tx.
+func operate(ctx context.Context, tx pgx.Tx, req OperatorRequest, before OperatorClaim, beforeJSON string, effects []Effect) error {
+	var afterJSON *string
+	for _, e := range effects {
+		switch e {
+		case EffectRelease:
+			tag, err := tx.Exec(ctx, releaseClaimSQL, req.OrderID, before.EventID)
+			if err != nil || tag.RowsAffected() != 1 {
+				return fmt.Errorf("release claim (rows %d): %w", tag.RowsAffected(), err)
+			}
+		case EffectMarkCharged:
+			afterJSON = new(string)
+			if err := tx.QueryRow(ctx, markChargedSQL, req.OrderID, before.EventID, strings.TrimSpace(req.ChargeID), before.Status).Scan(afterJSON); err != nil {
+				return fmt.Errorf("mark claim charged: %w", err)
+			}
+		case EffectAudit:
+			if _, err := tx.Exec(ctx, auditSQL, req.OrderID, string(req.Action), req.Operator, req.Host, req.Reason, beforeJSON, afterJSON); err != nil {
+				return fmt.Errorf("write claim_audit: %w", err)
+			}
+		default:
+			return fmt.Errorf("an operator's move has no effect %d", e)
+		}
+	}
+	return nil
 }
 
 // scanOperatorClaim scans operatorColumns, then extra.
@@ -219,11 +216,13 @@ func scanOperatorClaim(row pgx.Row, extra ...any) (OperatorClaim, error) {
 	var c OperatorClaim
 	var token *uuid.UUID
 	var inFlight, decideAfter *time.Time
+	var parked bool
 	dest := append([]any{&c.OrderID, &c.EventID, &c.CustomerID, &c.Amount, &c.Status, &c.ProviderChargeID,
-		&c.ChargedAt, &c.ClaimedAt, &c.SettleAttempts, &c.LastError, &token, &inFlight, &decideAfter, &c.ClaimedBy}, extra...)
+		&c.ChargedAt, &c.ClaimedAt, &c.SettleAttempts, &c.LastError, &token, &inFlight, &decideAfter, &c.ClaimedBy, &parked}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return OperatorClaim{}, err
 	}
+	c.State = claimStateOf(c.Status, parked)
 	if token != nil {
 		c.ClaimToken = *token
 	}

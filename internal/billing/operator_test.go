@@ -210,3 +210,38 @@ func TestOperatorLosesToConcurrentSettle(t *testing.T) {
 		t.Fatalf("audit rows = %d; want 0", n)
 	}
 }
+
+// A blocked claim whose order has a stray charge recorded (a 2xx under
+// another event's key, stray.go) is never released: the provider holds
+// money for the order, and a release would let another event charge it
+// again. mark-charged stays allowed; the refusal changes nothing and
+// writes no audit row.
+func TestOperatorRefusesToReleaseAnOrderWithAStrayCharge(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const order = 4242
+	owner := opClaim(t, pool, order, "blocked")
+	_, err := pool.Exec(ctx, `INSERT INTO stray_charge (order_id, event_id, provider_charge_id, sender, claim_event_id, claim_status)
+VALUES ($1, $2, 'ch_stray', 'creator', $3, 'pending')`, order, uuid.Must(uuid.NewV7()), owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := billing.OperatorRequest{OrderID: order, Action: billing.ActionRelease, Operator: "alice",
+		Reason: "the provider shows no charge for this claim's key", ProviderHoldsNoCharge: true}
+	_, err = billing.ApplyOperator(ctx, pool, logger, release)
+	if !errors.Is(err, billing.ErrUnsafe) {
+		t.Fatalf("release of a claim whose order has a stray charge: err %v, want an ErrUnsafe refusal", err)
+	}
+	if st, _ := opStatus(t, pool, order); st != "blocked" || opAudits(t, pool, order) != 0 {
+		t.Fatalf("after the refused release: status %s, %d audit rows; want blocked and none", st, opAudits(t, pool, order))
+	}
+	mark := billing.OperatorRequest{OrderID: order, Action: billing.ActionMarkCharged, Operator: "alice",
+		Reason: "the provider shows ch_stray", ChargeID: "ch_stray"}
+	if _, err := billing.ApplyOperator(ctx, pool, logger, mark); err != nil {
+		t.Fatalf("mark-charged of the same claim: %v", err)
+	}
+	if st, id := opStatus(t, pool, order); st != "charged" || id != "ch_stray" {
+		t.Fatalf("after mark-charged: %s %q, want charged ch_stray", st, id)
+	}
+}

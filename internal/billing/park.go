@@ -20,9 +20,12 @@ import (
 // claim and re-sends its request on a backoff of its own, starting at
 // seconds (parkedBackoff), until it is charged, blocked, or past
 // BILLING_CLAIM_BLOCK_AFTER. Parking changes who sends, never what: the
-// same key and body, and the claim's lifecycle is NextClaimStatus's as for
-// any other claim (the completer is ActorCompleter; the parked event's
-// attempt is over, so nothing releases the claim any more).
+// same key and body, and the claim's lifecycle is ClaimState.Next's as for
+// any other claim: ClaimParked, derived from parked_at by the scan (the
+// status column stays pending, which the previous release reads), whose
+// park row parkSQL's guard keeps (a pending claim of the event); the
+// completer is ActorCompleter, and the parked event's attempt is over, so
+// nothing releases the claim any more.
 //
 // The kept record is the event's path when the completer cannot charge
 // (SPEC §11, I3): the deciding loop leaves the row while the claim is
@@ -86,7 +89,7 @@ func (s *Service) Park(ctx context.Context, ev events.OrderConfirmed, rec Record
 // The completer's statements for parked claims.
 const (
 	// parkedDueSQL selects the parked claims whose next re-send is due.
-	parkedDueSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, claim_token, ` + ageColumn + ` FROM charge
+	parkedDueSQL = `SELECT ` + claimColumns + ` FROM charge
 WHERE status = 'pending' AND parked_at IS NOT NULL AND next_send_at <= now() ORDER BY next_send_at LIMIT $1`
 	// stillUnknownSQL records a re-send whose outcome stayed unknown; a
 	// parked claim's next re-send backs off exponentially from a second,

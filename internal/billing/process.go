@@ -16,7 +16,7 @@ import (
 // Batcher (many) alike, in the order the files call each other: this file
 // runs claimAll (ledger.go: the claims, committed) and chargeAll
 // (charge.go: the charge transaction, and settleFailed, which applies
-// NextClaimStatus of claim.go to what failed); charge.go uses ledger.go's
+// the claim's transition function, ClaimState.Next, to what failed); charge.go uses ledger.go's
 // statements (lookup, markSent, release, block); ledger.go calls neither.
 // What finishes an event later lives apart: the Completer (completer.go)
 // settles stale claims and, with park.go, parked ones; deferred.go stores

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,18 +46,19 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 	}
 	var done []Settled
 	for _, cl := range claims {
+		next, effects, err := cl.Status.Next(c.input(cl, AnswerNone, c.paused() && !opt.DryRun))
+		if err != nil { // ErrPaused
+			return done, err
+		}
 		if opt.DryRun {
 			what := "would re-send"
-			if NextClaimStatus(ClaimFacts{Actor: ActorCompleter, Age: cl.Age, BlockAfter: c.BlockAfter}) == ClaimBlocked {
+			if next == ClaimBlocked {
 				what = "would block"
 			}
 			done = append(done, Settled{Claim: cl, Result: what})
 			continue
 		}
-		if c.paused() {
-			return done, ErrPaused
-		}
-		s, err := c.settle(ctx, conn, cl)
+		s, err := c.settle(ctx, conn, cl, effects)
 		if err != nil {
 			return done, err
 		}
@@ -65,23 +67,29 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 	return done, nil
 }
 
-// settle settles cl by NextClaimStatus: blocked without a re-send when it
-// is older than BlockAfter, else its request re-sent and the answer
-// recorded. Before the request leaves, markSent records, committed, that
-// the completer sends it, until when (Sends; the request never leaves
-// after that deadline), so that its creating attempt, refused meanwhile,
-// can no longer release it; and the settling transaction holds the claim
-// (holdClaims) from before the request to the record, for a binary built
-// before others_sent_at that may run beside this one during an upgrade.
-// Its error is the pass's (a systemic answer, ctx ended, the database,
-// ErrPaused when the pause came between the pass's check and the
-// request): nothing more is to be done in this pass.
-func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim) (Settled, error) {
+// input is the completer's question about cl to the claim's transition
+// function.
+func (c *Completer) input(cl Claim, ans Answer, paused bool) ClaimInput {
+	return ClaimInput{Actor: ActorCompleter, Answer: ans, Paused: paused, Age: cl.Age, BlockAfter: c.BlockAfter}
+}
+
+// settle carries out effects, the claim's transition for the completer's
+// send on cl (ClaimState.Next): blocked without a re-send when it is older
+// than BlockAfter, else its request re-sent and the answer's effects
+// carried out. Before the request leaves, markSent records, committed,
+// that the completer sends it, until when (Sends; the request never
+// leaves after that deadline), so that its creating attempt, refused
+// meanwhile, can no longer release it; and the settling transaction holds
+// the claim (holdClaims) from before the request to the record, for a
+// binary built before others_sent_at that may run beside this one during
+// an upgrade. Its error is the pass's (a systemic answer, ctx ended, the
+// database, ErrPaused when the pause came between the pass's check and
+// the request): nothing more is to be done in this pass.
+func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, effects []Effect) (Settled, error) {
 	out := Settled{Claim: cl}
 	orders, ids := []int64{cl.OrderID}, [][16]byte{cl.EventID}
-	facts := ClaimFacts{Actor: ActorCompleter, Age: cl.Age, BlockAfter: c.BlockAfter}
-	if NextClaimStatus(facts) == ClaimBlocked {
-		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("outcome still unknown %s after the claim, past the block-after limit: not re-sent", facts.Age.Round(time.Second))
+	if slices.Contains(effects, EffectBlock) {
+		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("outcome still unknown %s after the claim, past the block-after limit: not re-sent", cl.Age.Round(time.Second))
 		return out, c.write(ctx, conn, &out, blockSQL, orders, ids, out.Detail)
 	}
 	sends := c.Sends.withDefaults()
@@ -110,8 +118,8 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim) (S
 		out.Result, out.Detail = SettledMeanwhile, "released or settled since the pass read it; nothing sent"
 		return out, nil
 	}
-	if c.paused() { // the pause came since the pass's check: the hold rolls back, nothing sent
-		return out, ErrPaused
+	if _, _, err := cl.Status.Next(c.input(cl, AnswerNone, c.paused())); err != nil {
+		return out, err // the pause came since the pass's check: the hold rolls back, nothing sent
 	}
 	sctx, cancelSend := context.WithDeadline(ctx, deadline)
 	r, err := c.Charger.Charge(sctx, chargeRequest(cl.EventID.String(), cl.OrderID, cl.CustomerID, cl.Amount))
@@ -122,15 +130,15 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim) (S
 	case err != nil && ctx.Err() != nil:
 		return out, ctx.Err()
 	}
-	facts.Answer = answerOf(err)
-	switch NextClaimStatus(facts) {
-	case ClaimCharged:
+	_, effects, _ = cl.Status.Next(c.input(cl, answerOf(err), false))
+	switch {
+	case slices.Contains(effects, EffectMarkCharged):
 		out.Result, out.Detail = string(ClaimCharged), r.ChargeID
 		err = c.writeCharged(ctx, tx, &out, r.ChargeID)
-	case ClaimBlocked:
+	case slices.Contains(effects, EffectBlock):
 		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("re-sent by the completer: %v", err)
 		err = c.write(ctx, tx, &out, blockSQL, orders, ids, out.Detail)
-	default:
+	default: // EffectRecordUnknown
 		out.Result, out.Detail = string(ClaimPending), err.Error()
 		err = c.write(ctx, tx, &out, stillUnknownSQL, cl.OrderID, [16]byte(cl.EventID), out.Detail, c.parkedBackoff().Milliseconds())
 	}
@@ -160,7 +168,7 @@ func (c *Completer) writeCharged(ctx context.Context, tx pgx.Tx, out *Settled, c
 	if err != nil {
 		return fmt.Errorf("completer: record order %d as charged: %w", out.OrderID, err)
 	}
-	out.Detail = fmt.Sprintf("%s (stray charge: the claim was %s when the 2xx came; the order's row is now %s)", chargeID, sc.ClaimStatus, sc.Moved)
+	out.Detail = fmt.Sprintf("%s (stray charge: the claim was %s when the 2xx came; the order's row is now %s)", chargeID, sc.ClaimState, sc.Moved)
 	if err := c.commitAndLog(ctx, wctx, tx, out); err != nil {
 		return err
 	}

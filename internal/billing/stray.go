@@ -21,7 +21,8 @@ import (
 // still can cause it. The answer is the truth about the money, so it is
 // recorded (stray_charge, migration 00011) in the transaction that
 // records the sender's other charges, the order's ledger row moves as
-// NextStrayStatus says, and the event's outcome is charged. The charge
+// the claim's transition function says (ClaimState.Next, ActorStray),
+// and the event's outcome is charged. The charge
 // path (record) and the completer (settle) share recordStray.
 
 // StrayCharge is one recorded stray charge.
@@ -35,12 +36,13 @@ type StrayCharge struct {
 	// Sender is who got the 2xx (SenderCreator, SenderRedelivery,
 	// SenderCompleter, SenderReconcile).
 	Sender string
-	// ClaimEventID and ClaimStatus are the order's ledger row as the 2xx
-	// found it: zero and ClaimReleased when there was none. Moved is the
-	// status the row was left in (NextStrayStatus).
+	// ClaimEventID and ClaimState are the order's ledger row as the 2xx
+	// found it (its status column: a parked claim is pending here): zero
+	// and ClaimReleased when there was none. Moved is the state the row
+	// was left in (ClaimState.Next, ActorStray).
 	ClaimEventID uuid.UUID
-	ClaimStatus  ClaimStatus
-	Moved        ClaimStatus
+	ClaimState   ClaimState
+	Moved        ClaimState
 }
 
 // stray is what recordStray needs of the charged event.
@@ -66,47 +68,40 @@ VALUES ($1, $2, $3, $4, $5, $6) RETURNING at`
 )
 
 // recordStray records st's 2xx in tx (not committed: the caller commits
-// it with the rest) and moves the order's row as NextStrayStatus says. The
+// it with the rest) and moves the order's row as the claim's transition
+// function says for a stray 2xx (ClaimState.Next, ActorStray). The
 // row is read FOR UPDATE; an order whose row appears between the read and
 // the insert of the event's own claim is read again, once. Its error is
 // the database's: then nothing of it may be committed.
 func recordStray(ctx context.Context, tx pgx.Tx, st stray) (StrayCharge, error) {
 	out := StrayCharge{OrderID: st.order, EventID: st.event, ProviderChargeID: st.chargeID, Sender: st.sender,
-		ClaimStatus: ClaimReleased, Moved: ClaimReleased}
+		ClaimState: ClaimReleased, Moved: ClaimReleased}
 	for try := 0; try < 2; try++ {
 		var owner [16]byte
 		var status string
 		err := tx.QueryRow(ctx, strayRowSQL, st.order).Scan(&owner, &status)
-		if errors.Is(err, pgx.ErrNoRows) {
-			out.ClaimEventID, out.ClaimStatus = uuid.UUID{}, ClaimReleased
-			tag, err := tx.Exec(ctx, strayClaimSQL, st.order, st.event, st.customer, st.amount, st.chargedAt, st.chargeID, st.host)
-			if err != nil {
-				return out, fmt.Errorf("record the stray charge of order %d: claim: %w", st.order, err)
-			}
-			if tag.RowsAffected() == 1 {
-				out.Moved = ClaimCharged
-				break
-			}
-			continue // a row appeared meanwhile
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			out.ClaimEventID, out.ClaimState = uuid.UUID{}, ClaimReleased
+		case err != nil:
 			return out, fmt.Errorf("record the stray charge of order %d: read the claim: %w", st.order, err)
+		default:
+			out.ClaimEventID, out.ClaimState = owner, ClaimState(status)
 		}
-		out.ClaimEventID, out.ClaimStatus = owner, ClaimStatus(status)
-		out.Moved = NextStrayStatus(out.ClaimStatus)
-		if out.Moved == ClaimBlocked && out.ClaimStatus == ClaimPending {
-			why := fmt.Sprintf("stray charge: the provider charged this order under event %s (charge %q) while this claim was pending: "+
-				"two charges may exist; see claim show", uuid.UUID(st.event), st.chargeID)
-			if _, err := tx.Exec(ctx, strayBlockSQL, st.order, owner, why); err != nil {
-				return out, fmt.Errorf("record the stray charge of order %d: block: %w", st.order, err)
-			}
+		next, effects, _ := out.ClaimState.Next(ClaimInput{Actor: ActorStray})
+		again, err := strayMove(ctx, tx, st, owner, effects)
+		if err != nil {
+			return out, err
 		}
-		break
+		if !again {
+			out.Moved = next
+			break
+		}
 	}
 	var claimEvent *[16]byte
 	var claimStatus *string
-	if out.ClaimStatus != ClaimReleased {
-		claimEvent, claimStatus = (*[16]byte)(&out.ClaimEventID), (*string)(&out.ClaimStatus)
+	if out.ClaimState != ClaimReleased {
+		claimEvent, claimStatus = (*[16]byte)(&out.ClaimEventID), (*string)(&out.ClaimState)
 	}
 	if err := tx.QueryRow(ctx, strayLogSQL, st.order, st.event, st.chargeID, st.sender, claimEvent, claimStatus).Scan(&out.At); err != nil {
 		return out, fmt.Errorf("record the stray charge of order %d: %w", st.order, err)
@@ -114,19 +109,44 @@ func recordStray(ctx context.Context, tx pgx.Tx, st stray) (StrayCharge, error) 
 	return out, nil
 }
 
+// strayMove carries out the row's effects of a stray charge (the record
+// itself is recordStray's) and answers whether the order must be read
+// again: its own claim could not be inserted, a row appeared meanwhile.
+func strayMove(ctx context.Context, tx pgx.Tx, st stray, owner [16]byte, effects []Effect) (again bool, _ error) {
+	for _, e := range effects {
+		switch e {
+		case EffectMarkCharged:
+			tag, err := tx.Exec(ctx, strayClaimSQL, st.order, st.event, st.customer, st.amount, st.chargedAt, st.chargeID, st.host)
+			if err != nil {
+				return false, fmt.Errorf("record the stray charge of order %d: claim: %w", st.order, err)
+			}
+			if tag.RowsAffected() == 0 {
+				return true, nil
+			}
+		case EffectBlock:
+			why := fmt.Sprintf("stray charge: the provider charged this order under event %s (charge %q) while this claim was pending: "+
+				"two charges may exist; see claim show", uuid.UUID(st.event), st.chargeID)
+			if _, err := tx.Exec(ctx, strayBlockSQL, st.order, owner, why); err != nil {
+				return false, fmt.Errorf("record the stray charge of order %d: block: %w", st.order, err)
+			}
+		}
+	}
+	return false, nil
+}
+
 // logStray logs a committed stray charge at ERROR: money moved outside
 // the claim that should have held it.
 func logStray(ctx context.Context, logger *slog.Logger, sc StrayCharge) {
-	what := map[ClaimStatus]string{
+	what := map[ClaimState]string{
 		ClaimCharged: "the order had no claim: recorded as the event's own claim, charged",
 		ClaimBlocked: "another event's pending claim blocked for an operator (claim show lists both charges)",
 	}[sc.Moved]
-	if sc.ClaimStatus == ClaimCharged || sc.ClaimStatus == ClaimBlocked {
-		what = "the order's claim is another event's, " + string(sc.ClaimStatus) + ": two charges may exist (claim show lists both)"
+	if sc.ClaimState == ClaimCharged || sc.ClaimState == ClaimBlocked {
+		what = "the order's claim is another event's, " + string(sc.ClaimState) + ": two charges may exist (claim show lists both)"
 	}
 	logger.ErrorContext(ctx, "stray charge: a 2xx for a claim that was gone or another event's, recorded", "order_id", sc.OrderID,
 		"event_id", sc.EventID, "provider_charge_id", sc.ProviderChargeID, "sender", sc.Sender,
-		"claim_event_id", sc.ClaimEventID, "claim_status", sc.ClaimStatus, "moved", what)
+		"claim_event_id", sc.ClaimEventID, "claim_status", sc.ClaimState, "moved", what)
 }
 
 // StrayCharges returns the stray charges recorded for order, oldest first,
@@ -145,8 +165,8 @@ FROM stray_charge WHERE order_id = $1 ORDER BY id`, order)
 		if claimEvent.Valid {
 			s.ClaimEventID = claimEvent.Bytes
 		}
-		s.ClaimStatus = ClaimStatus(status)
-		s.Moved = NextStrayStatus(s.ClaimStatus)
+		s.ClaimState = ClaimState(status)
+		s.Moved, _, _ = s.ClaimState.Next(ClaimInput{Actor: ActorStray})
 		return s, err
 	})
 	if err != nil {

@@ -131,7 +131,8 @@ func (h *Handler) DecideDeferred(ctx context.Context) error {
 // off as a parked claim's re-sends do, and so does a held answer
 // (billing.ErrHeld: the claim was blocked after the row was taken): the
 // event is not decided yet, an operator decides the claim first, and it
-// is never a conflict.
+// is never a conflict. What the decision does to the row is the deferred
+// event's transition function's (billing.DeferredState.Next).
 func (h *Handler) decide(ctx context.Context, d billing.Deferred) error {
 	msg := messageOf(d.Record)
 	ev, err := events.Decode(msg.Value, h.cfg.Now())
@@ -139,38 +140,48 @@ func (h *Handler) decide(ctx context.Context, d billing.Deferred) error {
 	if err == nil {
 		res, err = h.cfg.Biller.Process(billing.WithAttempt(billing.WithReplayCount(ctx, dlq.ReplayCount(msg))), ev)
 	}
-	result := string(res.Outcome)
+	result, decision, stop := string(res.Outcome), billing.DecisionDurable, false
 	if err != nil {
-		var reason dlq.Reason
+		a := policy.Decide(h.policy, policy.Failure{By: policy.Decider, Kind: fault.KindOf(err), Canceled: ctx.Err() != nil,
+			Held: errors.Is(err, billing.ErrHeld), Paused: errors.Is(err, billing.ErrPaused), Attempts: d.Attempts})
+		reason := a.Reason()
 		if stored, ok := billing.AsDeadLettered(err); ok {
 			reason = dlq.Reason(stored.Reason) // decided before: the same dead letter
-		} else {
-			a := policy.Decide(h.policy, policy.Failure{By: policy.Decider, Kind: fault.KindOf(err), Canceled: ctx.Err() != nil,
-				Held: errors.Is(err, billing.ErrHeld), Paused: errors.Is(err, billing.ErrPaused), Attempts: d.Attempts})
-			switch a {
-			case policy.Leave:
-				return nil // the lease ends, and the event is decided again
-			case policy.GiveBackUnsent:
-				// Nothing sent: given back at once, and the pass ends (DecideDeferred
-				// sees the pause).
-				return h.cfg.Deferrer.RetryDeferred(ctx, d, 0, err)
-			case policy.GiveBack, policy.GiveBackAndStop:
-				return h.giveBack(ctx, d, err, a == policy.GiveBackAndStop)
+		}
+		switch {
+		case reason != "":
+			result = "dlq"
+			if h.writeDLQ(ctx, msg, &ev, reason, err, d.Attempts) != nil {
+				decision = billing.DecisionLeave // not acknowledged before the timeout
 			}
-			reason = a.Reason()
+		case a == policy.Leave:
+			decision = billing.DecisionLeave
+		case a == policy.GiveBackUnsent:
+			decision = billing.DecisionGiveBackUnsent
+		case a == policy.GiveBack, a == policy.GiveBackAndStop:
+			decision = billing.DecisionGiveBack
 		}
-		if err := h.writeDLQ(ctx, msg, &ev, reason, err, d.Attempts); err != nil {
-			return nil // not acknowledged before the timeout: the lease ends, the event is decided again
+		stop = a == policy.GiveBackAndStop && reason == ""
+	}
+	_, effects := billing.DeferredLeased.Next(billing.DeferredInput{Step: billing.StepDecided, Decision: decision})
+	for _, e := range effects {
+		switch e {
+		case billing.DeferredRetryNow:
+			// Nothing sent: given back at once, and the pass ends (DecideDeferred
+			// sees the pause).
+			return h.cfg.Deferrer.RetryDeferred(ctx, d, 0, err)
+		case billing.DeferredRetry:
+			return h.giveBack(ctx, d, err, stop)
+		case billing.DeferredFinish:
+			if err := h.cfg.Deferrer.FinishDeferred(ctx, d); err != nil {
+				return err
+			}
+			h.cfg.Metrics.DeferredDecided.WithLabelValues(result).Inc()
+			h.cfg.Logger.InfoContext(ctx, "deferred event decided", "event_id", d.EventID, "order_id", d.OrderID,
+				"result", result, "deferred_for", d.Age, "waited_for", d.WaitsFor)
 		}
-		result = "dlq"
 	}
-	if err := h.cfg.Deferrer.FinishDeferred(ctx, d); err != nil {
-		return err
-	}
-	h.cfg.Metrics.DeferredDecided.WithLabelValues(result).Inc()
-	h.cfg.Logger.InfoContext(ctx, "deferred event decided", "event_id", d.EventID, "order_id", d.OrderID,
-		"result", result, "deferred_for", d.Age, "waited_for", d.WaitsFor)
-	return nil
+	return nil // DecisionLeave: the lease ends, and the event is decided again
 }
 
 // giveBack gives d back after its failure cause, to be decided again
