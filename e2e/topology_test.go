@@ -8,8 +8,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
 	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
