@@ -16,9 +16,9 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
-	"github.com/billing-consumer/billing-consumer/internal/harness"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 
 // chaosProfile sizes a fault-injection run. BILLING_CHAOS_PROFILE picks it:

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
-	"github.com/billing-consumer/billing-consumer/internal/harness"
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
 // TestDLQReplayRunbookDrill walks docs/operations.md's "Replaying the

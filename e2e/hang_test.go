@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/billing-consumer/billing-consumer/internal/harness"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 
 // TestShutdownBoundedWhenKafkaHangs: with the broker frozen (SIGSTOP:

@@ -15,9 +15,9 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
-	"github.com/billing-consumer/billing-consumer/internal/harness"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
 // TestFailingOrdersDoNotHoldTheirPartitions (SPEC §10): 20,000 orders

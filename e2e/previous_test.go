@@ -14,11 +14,11 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/db/migrations"
-	"github.com/billing-consumer/billing-consumer/internal/harness"
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
 // previousRelease is the commit of the release this build replaces: move

@@ -17,9 +17,9 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
-	"github.com/billing-consumer/billing-consumer/internal/harness"
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
 // TestReplayDuplicatesAreHarmless proves SPEC §7's replay safe by

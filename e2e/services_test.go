@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
 )
 
 // services is a Postgres cluster and a Kafka broker of the chaos test's

@@ -8,9 +8,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/billing-consumer/billing-consumer/internal/harness"
 	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
 // addedPartitionsWithin is SPEC §10's bound: partitions added to the topic

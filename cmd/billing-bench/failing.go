@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
 // The failing row (issue 19 item 7, SPEC §10): the default mode at 0 ms

@@ -8,8 +8,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/billing-consumer/billing-consumer/internal/harness"
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
 )
 
 // workload returns n records of n distinct orders from first on: valid

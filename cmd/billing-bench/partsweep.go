@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/billing-consumer/billing-consumer/internal/harness"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
 )
 
 // The partition sweep (issue 22): one replica drains the same backlog from

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/billing-consumer/billing-consumer/internal/harness"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
 )
 
 // consumerProc is a running `billing-consumer run` and its HTTP address.

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/billing-consumer/billing-consumer/internal/harness"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
 )
 
 // The recovery scenario: two replicas of the binary, with its own Kafka

@@ -224,8 +224,8 @@ func (r report) method(b *strings.Builder) {
 
 - Two modes of the real binary (bin/billing-consumer run, a subprocess): **sequential** (BILLING_CONCURRENCY=1, BILLING_BATCH_SIZE=1, BILLING_KAFKA_COMMIT_INTERVAL=0:
   one event at a time, its offset committed after it) and **default** (the binary's defaults: BILLING_CONCURRENCY=%d, up to %d events per billing transaction, offsets committed every 1 s).
-- Three provider latencies: the in-process payment-provider simulator (internal/paysim) answers every charge after 0, 20 or 100 ms, without errors.
-- Each run gets a fresh topic of %d partitions, a fresh consumer group and a fresh range of order ids. A backlog (internal/harness.Generate:
+- Three provider latencies: the in-process payment-provider simulator (internal/testkit/paysim) answers every charge after 0, 20 or 100 ms, without errors.
+- Each run gets a fresh topic of %d partitions, a fresh consumer group and a fresh range of order ids. A backlog (internal/testkit/harness.Generate:
   valid events only, no duplicates, each a distinct order) is produced **before** the consumer starts. Before each run the bench
   runs `+"`VACUUM (ANALYZE)`"+` on the database the run bills into (as pgbench does before its runs), so that an autovacuum of the
   earlier runs' ledger rows does not land in a measured window.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/billing-consumer/billing-consumer/internal/harness"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
 )
 
 // consumerStats are the consumer's own metrics at the end of a phase.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/billing-consumer/billing-consumer/internal/harness"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
 )
 
 // verify checks, after a clean stop, that the orders of exactly the

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 
 // The claim and pause commands refuse an unsafe or incomplete command line

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 
 // runCmd runs one command of the binary and returns its stderr (JSON logs).

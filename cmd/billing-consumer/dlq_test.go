@@ -12,8 +12,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
-	"github.com/billing-consumer/billing-consumer/internal/logtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/logtest"
 )
 
 // The command line of dlq replay is checked before the configuration: a

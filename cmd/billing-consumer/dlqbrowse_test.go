@@ -13,7 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
 )
 
 // TestDLQListAndInspect runs `dlq list` and `dlq inspect` against a broker

@@ -13,9 +13,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
 // rogueBalancer is a "range" balancer that gives the partitions in keep to

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 
 // reconcile --dry-run needs no provider, says to migrate a database behind

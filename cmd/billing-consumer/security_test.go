@@ -34,8 +34,8 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/kafkaconn"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
 // saslPassword is the SASL password of these tests; it must never show.

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
 // A bad start is a wait, not a crash: with the database unreachable, run

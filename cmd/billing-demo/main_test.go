@@ -6,7 +6,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/billing-consumer/billing-consumer/internal/harness"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
 )
 
 // The demo fails when the consumer's own counts differ from the plan's,

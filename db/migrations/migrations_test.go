@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/billing-consumer/billing-consumer/db/migrations"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 
 // Two replicas starting at once both run migrate: one applies, the other

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/common/model"
 
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
 // Phase is one step of the scenario: a fault applied (or undone), the

@@ -10,8 +10,8 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
 // processAll sends evs through one Batcher at once (one goroutine each)

@@ -16,8 +16,8 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 
 // The benchmarks bill events against a real Postgres with a charger that

@@ -14,8 +14,8 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
 	"github.com/billing-consumer/billing-consumer/internal/pipeline"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
 // Tests of SPEC §11 I2 and I3 around blocked claims: an event behind a

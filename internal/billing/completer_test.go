@@ -10,7 +10,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
 // pendingClaim leaves ev's order claimed, pending, by a charge whose

@@ -17,8 +17,8 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/metrics"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
 	"github.com/billing-consumer/billing-consumer/internal/pipeline"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
 // recordOf is the Kafka record of ev as billing keeps it, with a header;

@@ -13,7 +13,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/events"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
 // oddHeaders are record headers whose keys Postgres text cannot hold (not

@@ -16,7 +16,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 
 // The conformance test (SPEC §11; issue 29, item 2). The model checker

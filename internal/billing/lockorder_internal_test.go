@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/events"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 
 // The ledger statements lock their rows in the order of their arrays, so

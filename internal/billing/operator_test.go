@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 
 // opClaim inserts a ledger row for order in status, as the service would

@@ -12,7 +12,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
 // A parked claim is the completer's from then on: its passes over parked

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
 // pauseSwitch is a Paused function that finds the pause from its at-th

@@ -15,7 +15,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
 // Tests of the release rule (SPEC §6): a claim is released only on a

@@ -12,8 +12,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
-	"github.com/billing-consumer/billing-consumer/internal/logtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/logtest"
 )
 
 // Group timings that keep rebalances quick: the broker's minimum session

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 	"github.com/segmentio/kafka-go"
 )
 

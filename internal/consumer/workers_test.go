@@ -10,7 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
 // TestFailedHandlerRetriesInPlaceWithoutHoldingAWorker: a handler that

@@ -9,7 +9,7 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 
 // BenchmarkMarkProcessed marks a batch of 32 new events processed in a

@@ -14,7 +14,7 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 
 // insertLockTimeout is how long a billing-like insert may wait for a lock

@@ -13,7 +13,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
 )
 
 // dlqHeaders are the headers Record adds, in SPEC §7 order.

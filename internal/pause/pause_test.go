@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/billing-consumer/billing-consumer/internal/pause"
-	"github.com/billing-consumer/billing-consumer/internal/pgtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 
 func isOpen(c <-chan struct{}) bool {

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/internal/fault"
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
 const testToken = "sk_test_s3cr3t-T0KEN"

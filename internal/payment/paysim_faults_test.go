@@ -7,7 +7,7 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
 // A 409 (the provider believes the key is in flight) is transient: the

@@ -13,7 +13,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
 // TestOutageIsNotPoison: the provider fails every call for a while. Once

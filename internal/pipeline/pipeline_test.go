@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
 
 	"github.com/segmentio/kafka-go"
 
@@ -18,7 +18,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
 // Errors of each kind, as the billing service returns them (wrapped once

@@ -19,9 +19,9 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
-	"github.com/billing-consumer/billing-consumer/internal/logtest"
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/logtest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
 // replayEnv is a source topic, a dead-letter topic and a replay group on

@@ -1,7 +1,7 @@
 package paysim
 
 import (
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 	"slices"
 	"sync"
 	"testing"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
-	"github.com/billing-consumer/billing-consumer/internal/kafkatest"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
 )
 
 // Produce writes records to topic, partitioned by key hash, acknowledged by

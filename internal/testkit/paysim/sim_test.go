@@ -3,7 +3,7 @@ package paysim
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/billing-consumer/billing-consumer/internal/poll"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 	"io"
 	"net/http"
 	"net/http/httptest"

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/billing-consumer/billing-consumer/internal/paysim"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
 // CutKind names the step of a billing transaction a connection cut aims at.
