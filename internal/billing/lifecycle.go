@@ -17,7 +17,7 @@ import (
 // storage statements, each of which keeps the same rule as its guard
 // (WHERE status = ...), so that a row that moved meanwhile is never
 // overwritten (lifecycle_conformance_test.go runs each against the model).
-// The deferred event's lifecycle is deferred_state.go's.
+// The deferred event's lifecycle is deferred_lifecycle.go's.
 
 // ClaimState is the state of an order's claim in the charge ledger. It is
 // derived from the row by claimStateOf — charge.status, and parked_at for
