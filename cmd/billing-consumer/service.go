@@ -141,10 +141,31 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 	s.onClose(func() { _ = dlqWriter.Close() })
 
 	s.payer = payer
-	svc, err := billing.New(billing.Config{DB: s.pool, Charger: payer.ForBilling(), Group: cfg.KafkaGroupID,
+	if err := s.newBilling(id, dlqWriter, tracer, propagator); err != nil {
+		return nil, err
+	}
+	s.consume = s.consumer.Run
+	limit, source, _ := memoryLimit()
+	s.logger.Info("in-flight budget", "bytes", cfg.maxInflightBytes(), "max_record_bytes", cfg.KafkaMaxRecordBytes,
+		"memory_limit", limit, "memory_limit_source", source)
+	s.group = &groupWatcher{client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second},
+		topic: cfg.KafkaTopic, group: cfg.KafkaGroupID, consumer: s.consumer, logger: s.logger,
+		report: s.m.Unowned(cfg.KafkaTopic, cfg.KafkaGroupID)}
+	if err := s.listen(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newBilling builds what bills a record: the billing service (through the
+// Batcher when BILLING_BATCH_SIZE > 1), the pipeline that retries, parks,
+// defers and dead-letters around it, and the consumer that feeds it.
+func (s *service) newBilling(id string, dlqWriter *dlq.Writer, tracer trace.Tracer, propagator propagation.TextMapPropagator) error {
+	cfg := s.cfg
+	svc, err := billing.New(billing.Config{DB: s.pool, Charger: s.payer.ForBilling(), Group: cfg.KafkaGroupID,
 		Now: time.Now, Logger: s.logger, DBTimeout: cfg.DBTimeout, ClaimBlockAfter: cfg.ClaimBlockAfter, Sends: cfg.sends(id), Paused: s.paused})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var biller pipeline.Biller = svc
 	if cfg.BatchSize > 1 {
@@ -160,7 +181,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		BackoffBase: cfg.RetryBackoff, BackoffMax: cfg.RetryBackoffMax,
 		Tracer: tracer, Propagator: propagator, Gate: s.pause.Gate,
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	if s.consumer, err = consumer.New(consumer.Config{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, GroupID: cfg.KafkaGroupID, Dialer: s.kconns.Dialer,
@@ -172,19 +193,9 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		OnCommit:          s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now),
 		Gate:              s.pause.Gate, OnAssign: s.ctl.Owned,
 	}, s.handler.Handle); err != nil {
-		return nil, err
+		return err
 	}
-	s.consume = s.consumer.Run
-	limit, source, _ := memoryLimit()
-	s.logger.Info("in-flight budget", "bytes", cfg.maxInflightBytes(), "max_record_bytes", cfg.KafkaMaxRecordBytes,
-		"memory_limit", limit, "memory_limit_source", source)
-	s.group = &groupWatcher{client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second},
-		topic: cfg.KafkaTopic, group: cfg.KafkaGroupID, consumer: s.consumer, logger: s.logger,
-		report: s.m.Unowned(cfg.KafkaTopic, cfg.KafkaGroupID)}
-	if err := s.listen(); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return nil
 }
 
 // listen opens the listeners of the ops endpoints and, when configured,
