@@ -175,6 +175,25 @@ const (
 	EffectAudit
 )
 
+// The effect lists Next returns. They are package-level values, so that
+// Next allocates nothing on the per-event path (it decides every send and
+// every 2xx's record), and they are read-only: a caller reads them
+// (slices.Contains) and never writes to them. Each one's capacity is its
+// length, so an append copies it.
+var (
+	effectsSend            = []Effect{EffectRecordSend, EffectSend}
+	effectsCharged         = []Effect{EffectMarkCharged}
+	effectsBlock           = []Effect{EffectBlock}
+	effectsRelease         = []Effect{EffectRelease}
+	effectsPark            = []Effect{EffectPark}
+	effectsUnknown         = []Effect{EffectRecordUnknown}
+	effectsStray           = []Effect{EffectRecordStray}
+	effectsStrayClaim      = []Effect{EffectMarkCharged, EffectRecordStray}
+	effectsStrayBlock      = []Effect{EffectBlock, EffectRecordStray}
+	effectsOperatorRelease = []Effect{EffectRelease, EffectAudit}
+	effectsOperatorCharged = []Effect{EffectMarkCharged, EffectAudit}
+)
+
 // ClaimInput is what a claim's next state depends on.
 type ClaimInput struct {
 	Actor  Actor
@@ -242,6 +261,9 @@ type OperatorMove struct {
 // charges in view; charged or blocked: unchanged (logged at ERROR).
 //
 // ActorOperator: operatorNext.
+//
+// The effects are read-only lists shared by every call (never modify
+// them): Next allocates nothing, except an operator refusal's error.
 func (s ClaimState) Next(in ClaimInput) (ClaimState, []Effect, error) {
 	switch in.Actor {
 	case ActorOperator:
@@ -249,15 +271,15 @@ func (s ClaimState) Next(in ClaimInput) (ClaimState, []Effect, error) {
 	case ActorStray:
 		switch s {
 		case ClaimReleased:
-			return ClaimCharged, []Effect{EffectMarkCharged, EffectRecordStray}, nil
+			return ClaimCharged, effectsStrayClaim, nil
 		case ClaimPending, ClaimParked:
-			return ClaimBlocked, []Effect{EffectBlock, EffectRecordStray}, nil
+			return ClaimBlocked, effectsStrayBlock, nil
 		}
-		return s, []Effect{EffectRecordStray}, nil
+		return s, effectsStray, nil
 	}
 	if !s.Unsettled() {
 		if in.Answer == AnswerCharged && (s == ClaimBlocked || s == ClaimCharged) {
-			return ClaimCharged, []Effect{EffectMarkCharged}, nil
+			return ClaimCharged, effectsCharged, nil
 		}
 		return s, nil, nil
 	}
@@ -265,27 +287,27 @@ func (s ClaimState) Next(in ClaimInput) (ClaimState, []Effect, error) {
 	case AnswerNone:
 		switch {
 		case in.Park && in.Actor != ActorCompleter:
-			return ClaimParked, []Effect{EffectPark}, nil
+			return ClaimParked, effectsPark, nil
 		case in.Paused:
 			return s, nil, ErrPaused
 		case in.BlockAfter > 0 && in.Age > in.BlockAfter:
-			return ClaimBlocked, []Effect{EffectBlock}, nil
+			return ClaimBlocked, effectsBlock, nil
 		}
-		return s, []Effect{EffectRecordSend, EffectSend}, nil
+		return s, effectsSend, nil
 	case AnswerCharged:
-		return ClaimCharged, []Effect{EffectMarkCharged}, nil
+		return ClaimCharged, effectsCharged, nil
 	case AnswerConflict:
-		return ClaimBlocked, []Effect{EffectBlock}, nil
+		return ClaimBlocked, effectsBlock, nil
 	case AnswerRefused:
 		switch {
 		case in.Actor == ActorCompleter:
-			return ClaimBlocked, []Effect{EffectBlock}, nil
+			return ClaimBlocked, effectsBlock, nil
 		case in.Actor == ActorCreator && !in.UnknownSeen && !in.OthersSent:
-			return ClaimReleased, []Effect{EffectRelease}, nil
+			return ClaimReleased, effectsRelease, nil
 		}
 	case AnswerUnknown:
 		if in.Actor == ActorCompleter {
-			return s, []Effect{EffectRecordUnknown}, nil
+			return s, effectsUnknown, nil
 		}
 	}
 	return s, nil, nil
@@ -313,7 +335,7 @@ func (s ClaimState) operatorNext(m OperatorMove) (ClaimState, []Effect, error) {
 		case m.StrayCharges > 0:
 			return s, nil, fmt.Errorf("%w: %d stray charge(s) are recorded for this order (claim show lists them): the provider holds money for it, and a release would let another event charge it again; mark the claim charged instead", ErrUnsafe, m.StrayCharges)
 		}
-		next, effects = ClaimReleased, []Effect{EffectRelease, EffectAudit}
+		next, effects = ClaimReleased, effectsOperatorRelease
 	case ActionMarkCharged:
 		switch {
 		case !s.Unsettled() && s != ClaimBlocked:
@@ -321,7 +343,7 @@ func (s ClaimState) operatorNext(m OperatorMove) (ClaimState, []Effect, error) {
 		case strings.TrimSpace(m.ChargeID) == "":
 			return s, nil, fmt.Errorf("%w: mark-charged needs the provider's charge id (--charge-id)", ErrUnsafe)
 		}
-		next, effects = ClaimCharged, []Effect{EffectMarkCharged, EffectAudit}
+		next, effects = ClaimCharged, effectsOperatorCharged
 	default:
 		return s, nil, fmt.Errorf("%w: unknown action %q", ErrUnsafe, m.Action)
 	}

@@ -256,3 +256,33 @@ func checkDeferred(t *testing.T, name string, s billing.DeferredState, in billin
 		t.Errorf("%s: %s, %v; want %s, %v", name, got, e, want, effects)
 	}
 }
+
+// TestClaimStateNextAllocatesNothing: Next runs per event on the healthy
+// path (the send decision, the 2xx's record, park), so none of its sender
+// rows may allocate: every state a sender may find, every actor, answer,
+// park, pause and block-after case.
+func TestClaimStateNextAllocatesNothing(t *testing.T) {
+	var inputs []billing.ClaimInput
+	for _, actor := range []billing.Actor{billing.ActorCreator, billing.ActorEvent, billing.ActorCompleter, billing.ActorStray} {
+		for _, ans := range []billing.Answer{billing.AnswerNone, billing.AnswerCharged, billing.AnswerRefused, billing.AnswerConflict, billing.AnswerUnknown} {
+			for _, park := range []bool{false, true} {
+				for _, paused := range []bool{false, true} {
+					for _, age := range []time.Duration{0, 2 * time.Hour} {
+						inputs = append(inputs, billing.ClaimInput{Actor: actor, Answer: ans, Park: park, Paused: paused, Age: age, BlockAfter: time.Hour})
+					}
+				}
+			}
+		}
+	}
+	states := []billing.ClaimState{billing.ClaimPending, billing.ClaimParked, billing.ClaimBlocked, billing.ClaimCharged, billing.ClaimReleased}
+	for _, s := range states {
+		for _, in := range inputs {
+			var effects []billing.Effect
+			allocs := testing.AllocsPerRun(20, func() { _, effects, _ = s.Next(in) })
+			if allocs != 0 {
+				t.Errorf("%s.Next(actor %d, answer %d, park %v, paused %v, age %v) = %v allocates %v times a call; want 0",
+					s, in.Actor, in.Answer, in.Park, in.Paused, in.Age, effects, allocs)
+			}
+		}
+	}
+}
