@@ -3,6 +3,7 @@ package billing
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -70,7 +71,17 @@ SELECT count(*) FROM p`
 // committed, was settled meanwhile, or carries another body: a conflict
 // the next attempt finds): the caller goes on as before, and its next
 // attempt decides from the ledger. The error means that nothing changed.
+//
+// The decision is the claim's transition function's park row
+// (ClaimState.Next: an attempt of the event asks to park its unsettled
+// claim: parked, EffectPark), which Park carries out with parkSQL; the
+// parking attempt need not be the creator (the row is the same for
+// both), and parkSQL's guard checks on the row that the claim is still
+// the event's and pending. A pause does not stop a park: nothing is sent.
 func (s *Service) Park(ctx context.Context, ev events.OrderConfirmed, rec Record) (bool, error) {
+	if _, effects, _ := ClaimPending.Next(ClaimInput{Actor: ActorEvent, Park: true}); !slices.Contains(effects, EffectPark) {
+		return false, nil
+	}
 	texts, keys, values := rec.headerColumns()
 	pctx, cancel := s.live(ctx)
 	defer cancel()
