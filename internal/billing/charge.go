@@ -47,9 +47,11 @@ func (s *Service) charge(ctx context.Context, ev events.OrderConfirmed, created 
 // SPEC §11 I5). No request is sent after deadline, which the caller fixed
 // before any of the sends was recorded. Then one transaction: the processed_event rows (unless withDedup is
 // false), the charges in parallel (on pool, nil for one event), the claims
-// of the charged events marked 'charged', one COMMIT. A failed charge
-// fails its own event only; the claims of the failed events then move as
-// the claim's transition function says (ClaimState.Next, settleFailed).
+// of the charged events marked 'charged', one COMMIT. Each step is the
+// claim's transition function's (ClaimState.Next): the send (its pause
+// row; the claim phase asked the rest: claimWon, decide), a 2xx's
+// EffectMarkCharged (recordSQL, in record), and a failed charge, which
+// fails its own event only, moving its claim (settleFailed).
 //
 // Its error means that nothing was recorded or sent: dedup.ErrNoPartition
 // (wrapped) when an event falls outside the processed_event partitions, or
@@ -88,18 +90,25 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 	if err != nil {
 		return nil, err
 	}
-	if s.paused() { // where the requests leave (pause.go); the transaction rolls back
+	// The send decision's last question, where the requests leave
+	// (pause.go): the pause, one for the whole batch (ClaimState.Next:
+	// ErrPaused, nothing sent; the transaction rolls back).
+	if _, _, err := ClaimPending.Next(ClaimInput{Actor: ActorCreator, Paused: s.paused()}); errors.Is(err, ErrPaused) {
 		pausedAt(evs, send, out)
 		return out, nil
 	}
 	s.sendAll(ctx, evs, send, deadline, out, pool)
 
+	// Each answer moves the event's own claim as its transition function
+	// says: a 2xx marks it charged (EffectMarkCharged: recordSQL, in
+	// record); the failed ones are settleFailed's.
 	var charged, failed []int
 	for _, i := range send {
-		if out[i].err != nil {
-			failed = append(failed, i)
-		} else {
+		in := ClaimInput{Actor: actorOf(created[i]), Answer: answerOf(out[i].err)}
+		if _, effects, _ := ClaimPending.Next(in); slices.Contains(effects, EffectMarkCharged) {
 			charged = append(charged, i)
+		} else {
+			failed = append(failed, i)
 		}
 	}
 	if len(charged) > 0 {
@@ -300,7 +309,7 @@ func (s *Service) sendAll(ctx context.Context, evs []events.OrderConfirmed, idx 
 	wg.Wait()
 }
 
-// record marks the charged events' claims charged, removes the failed
+// record marks the charged events' claims charged (EffectMarkCharged), removes the failed
 // events' processed_event rows and commits tx, all on a context that
 // outlives ctx: the provider took money, so the ledger must say so even
 // when a shutdown cancels ctx meanwhile. A charged event whose claim is
@@ -369,13 +378,9 @@ func (s *Service) settleFailed(ctx context.Context, evs []events.OrderConfirmed,
 	var tokens [][16]byte
 	for _, i := range failed {
 		ev, err := evs[i], out[i].err
-		actor := ActorEvent
-		if created[i] {
-			actor = ActorCreator
-		}
 		// The claim is this event's own and unsettled as far as this
 		// attempt knows; the statements' guards check it on the row.
-		_, effects, _ := ClaimPending.Next(ClaimInput{Answer: answerOf(err), Actor: actor, UnknownSeen: atts[i].unknown.Load()})
+		_, effects, _ := ClaimPending.Next(ClaimInput{Answer: answerOf(err), Actor: actorOf(created[i]), UnknownSeen: atts[i].unknown.Load()})
 		switch {
 		case slices.Contains(effects, EffectBlock):
 			s.block(ctx, []events.OrderConfirmed{ev}, err.Error())

@@ -110,8 +110,9 @@ const (
 // for the single and the batched path alike. found is false when the
 // claim's insert conflicted but no row turned up. Whether ev's own pending
 // or parked claim is sent again is the claim's transition function's
-// (ClaimState.Next, an attempt of the event asking to send): not when it
-// is older than blockAfter (the provider may have forgotten its key). An event behind a
+// (ClaimState.Next, an attempt of the event asking to send): its send row
+// is verdictCharge (markSent records the send); older than blockAfter
+// (the provider may have forgotten its key), verdictBlock. An event behind a
 // blocked claim, its own or another event's, is held (ErrHeld), never a
 // Conflict: the operator's decision on the claim decides it (SPEC §11, I3).
 // A Conflict is only a true one: another body under the event's id, or
@@ -119,9 +120,15 @@ const (
 func decide(row Claim, found bool, ev events.OrderConfirmed, blockAfter time.Duration) (verdict, Outcome, error) {
 	own := found && row.OrderID == ev.OrderID && row.EventID == ev.EventID && row.Status.Unsettled() &&
 		row.Amount == ev.TotalAmount && row.CustomerID == ev.CustomerID
-	if next, _, _ := row.Status.Next(ClaimInput{Actor: ActorEvent, Age: row.Age, BlockAfter: blockAfter}); own && next == ClaimBlocked {
-		return verdictBlock, "", heldf("order %d: the claim of event %s is %s old, past the block-after limit: its request is not re-sent (the provider may have forgotten the key); blocked, an operator decides",
-			ev.OrderID, ev.EventID, row.Age.Round(time.Second))
+	if own {
+		switch next, effects, _ := row.Status.Next(ClaimInput{Actor: ActorEvent, Age: row.Age, BlockAfter: blockAfter}); {
+		case next == ClaimBlocked:
+			return verdictBlock, "", heldf("order %d: the claim of event %s is %s old, past the block-after limit: its request is not re-sent (the provider may have forgotten the key); blocked, an operator decides",
+				ev.OrderID, ev.EventID, row.Age.Round(time.Second))
+		case slices.Contains(effects, EffectSend):
+			return verdictCharge, "", nil
+		}
+		return verdictDone, "", fault.Errorf(fault.Transient, "order %d: the claim of event %s is neither sent nor blocked", ev.OrderID, ev.EventID)
 	}
 	switch {
 	case !found:
@@ -133,8 +140,6 @@ func decide(row Claim, found bool, ev events.OrderConfirmed, blockAfter time.Dur
 			ev.EventID, ev.OrderID, row.CustomerID, row.Amount)
 	case row.Status == ClaimBlocked:
 		return verdictDone, "", heldf("order %d: the claim of event %s is blocked; an operator decides it, and this event with it", ev.OrderID, row.EventID)
-	case own:
-		return verdictCharge, "", nil
 	case row.EventID == ev.EventID:
 		return verdictDone, Duplicate, nil
 	case row.Status.Unsettled():
@@ -224,7 +229,7 @@ func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, at
 		case a.decided:
 			out[i] = claimed{err: decidedBefore(a.reason, a.cause)}
 		default:
-			out[i] = claimed{charge: true, created: true, recorded: true}
+			out[i] = s.claimWon(evs[i])
 		}
 	}
 	if len(lost) == 0 {

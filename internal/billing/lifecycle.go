@@ -141,6 +141,15 @@ const (
 	ActorStray
 )
 
+// actorOf is the charge path's sender in the claim's lifecycle: the
+// attempt that created the claim, or another attempt of its event.
+func actorOf(created bool) Actor {
+	if created {
+		return ActorCreator
+	}
+	return ActorEvent
+}
+
 // Effect is one thing a transition asks its caller to do, in the order
 // Next lists them.
 type Effect int

@@ -14,9 +14,12 @@ import (
 
 // The phases of processing, for Service.Process (one event) and the
 // Batcher (many) alike, in the order the files call each other: this file
-// runs claimAll (ledger.go: the claims, committed) and chargeAll
-// (charge.go: the charge transaction, and settleFailed, which applies
-// the claim's transition function, ClaimState.Next, to what failed); charge.go uses ledger.go's
+// runs claimAll (ledger.go: the claims, committed; whether each event's
+// own claim is sent is the claim's transition function's,
+// ClaimState.Next, asked by claimWon and decide) and chargeAll
+// (charge.go: the charge transaction, which asks Next about the pause
+// before the requests and about each answer: a 2xx's record, and
+// settleFailed for what failed); charge.go uses ledger.go's
 // statements (lookup, markSent, release, block); ledger.go calls neither.
 // What finishes an event later lives apart: the Completer (completer.go)
 // settles stale claims and, with park.go, parked ones; deferred.go stores

@@ -3,12 +3,15 @@ package billing
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
+	"github.com/billing-consumer/billing-consumer/internal/events"
+	"github.com/billing-consumer/billing-consumer/internal/fault"
 )
 
 // Recorded sends (SPEC §11 I5): before any request for a claim leaves the
@@ -64,6 +67,22 @@ const (
 	SenderCompleter  = "completer"
 	SenderReconcile  = "reconcile"
 )
+
+// claimWon is the claim phase's answer for ev, whose claim the claim
+// statement has just created: its creator asks the claim's transition
+// function whether to send (ClaimState.Next: a pending claim, of age 0 by
+// the database's clock). The send row's EffectRecordSend is done, by
+// claimSQL's insert (recorded); its EffectSend is the charge phase's. The
+// pause is asked where the requests leave (chargeAll), and the
+// block-after rule cannot stop a claim just made; anything but a send
+// leaves the claim to the retry, which decides from the ledger (decide).
+func (s *Service) claimWon(ev events.OrderConfirmed) claimed {
+	_, effects, _ := ClaimPending.Next(ClaimInput{Actor: ActorCreator, BlockAfter: s.claimBlockAfter})
+	if !slices.Contains(effects, EffectSend) {
+		return claimed{err: fault.Errorf(fault.Transient, "order %d: the new claim of event %s is not sent", ev.OrderID, ev.EventID)}
+	}
+	return claimed{charge: true, created: true, recorded: slices.Contains(effects, EffectRecordSend)}
+}
 
 // markSentSQL records the sends of the pending claims of the pairs given
 // ($3: each one's sender) and returns those it recorded: only those may be
