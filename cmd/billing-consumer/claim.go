@@ -40,8 +40,8 @@ when you state that the provider holds no charge for the claim's idempotency
 key (its event id) and no stray charge is recorded for the order (the provider
 holds money for it: mark it charged instead); mark-charged records the provider's charge id on a pending
 or blocked claim. Each change is written, with the row before and after, to the
-claim_audit table in the same transaction, and logged; show prints the claim,
-that trail, the recorded sends, the events deferred behind the order and any
+claim_audit table in the same transaction, and logged; show prints the claim
+(its status column and its state: parked is a pending row with parked_at), that trail, the recorded sends, the events deferred behind the order and any
 stray charges (2xx answers for a key whose claim was gone). The operator is --operator, else the OS user of the process
 (in a pod, the image's user: pass --operator there).
 
@@ -263,7 +263,10 @@ func printClaim(w io.Writer, order int64, cl *billing.OperatorClaim, trail []bil
 	if cl == nil {
 		fmt.Fprintf(tw, "order\t%d\nclaim\tnone (no ledger row)\n", order)
 	} else {
-		fmt.Fprintf(tw, "order\t%d\nstatus\t%s\nevent (idempotency key)\t%s\ncustomer\t%d\namount\t%s\n", cl.OrderID, cl.Status, cl.EventID, cl.CustomerID, cl.Amount)
+		// status is the column; state the claim's lifecycle state
+		// (billing.ClaimState: parked is a pending row with parked_at).
+		fmt.Fprintf(tw, "order\t%d\nstatus\t%s\nstate\t%s\n", cl.OrderID, cl.Status, cl.State)
+		fmt.Fprintf(tw, "event (idempotency key)\t%s\ncustomer\t%d\namount\t%s\n", cl.EventID, cl.CustomerID, cl.Amount)
 		fmt.Fprintf(tw, "claimed at\t%s\nprovider charge id\t%s\n", cl.ClaimedAt.UTC().Format(time.RFC3339), cl.ProviderChargeID)
 		if cl.Status == "charged" {
 			fmt.Fprintf(tw, "charged at\t%s\n", cl.ChargedAt.UTC().Format(time.RFC3339))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -166,4 +167,30 @@ VALUES ($1, $2, 'ch_stray_1', 'creator', $3, 'pending')`, order, stray, owner); 
 		}
 	}
 	t.Logf("claim show:\n%s", out)
+}
+
+// claim show prints the claim's state beside its status column: a parked
+// claim is a pending row with parked_at set, and the runbooks for parked
+// claims tell the two apart by the state line.
+func TestClaimShowsState(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO charge (order_id, event_id, customer_id, amount, status, claim_token, parked_at)
+VALUES (4444, gen_random_uuid(), 42, 99.90, 'pending', gen_random_uuid(), now()), (4445, gen_random_uuid(), 42, 99.90, 'pending', gen_random_uuid(), NULL)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setEnv(t, validEnv, map[string]string{"BILLING_DATABASE_URL": pool.Config().ConnString()})
+	for order, state := range map[string]string{"4444": "parked", "4445": "pending"} {
+		var stdout, stderr bytes.Buffer
+		if err := run(ctx, []string{"claim", "show", "--order", order}, &stdout, &stderr); err != nil {
+			t.Fatalf("claim show: %v\n%s", err, stderr.String())
+		}
+		out := stdout.String()
+		for _, want := range []string{`(?m)^status\s+pending$`, `(?m)^state\s+` + state + `$`} {
+			if !regexp.MustCompile(want).MatchString(out) {
+				t.Errorf("claim show --order %s lacks a line matching %q:\n%s", order, want, out)
+			}
+		}
+	}
 }
