@@ -10,9 +10,11 @@ import (
 
 // The claim's lifecycle, written once (SPEC §11): its states, who moves
 // them, and ClaimState.Next, the one pure transition function that every
-// path decides through — the per-event service and the Batcher (charge.go,
-// ledger.go's decide), the completer and parked re-sends, reconcile
-// (settle.go), a stray 2xx (stray.go) and the operator (operator.go).
+// path decides through — the per-event service and the Batcher (the send:
+// claimWon in sends.go, ledger.go's decide, and chargeAll's pause; a 2xx
+// and a failure: charge.go), parking (park.go), the completer and parked
+// re-sends, reconcile (settle.go), a stray 2xx (stray.go) and the operator
+// (operator.go).
 // Next returns effects as values; the caller carries them out with the
 // storage statements, each of which keeps the same rule as its guard
 // (WHERE status = ...), so that a row that moved meanwhile is never
