@@ -121,3 +121,56 @@ func TestARedeliveredDeadLetterKeepsItsReason(t *testing.T) {
 		t.Errorf("a late redelivery of the original record after the replay's charge: %+v, %v; want duplicate", res, err)
 	}
 }
+
+// SPEC §11 I2, the corner a replay leaves: a record dead-lettered
+// `permanent` is replayed (dlq-replay-count 1) after another event of its
+// order charged the order, and the replay is decided duplicate_order. A
+// late redelivery of the original record (count 0) must be decided as the
+// event was since, duplicate_order, never answered by the spent dead
+// letter: that trace would say both.
+func TestALateOriginalAfterAReplayIsNotAnsweredByTheSpentDeadLetter(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	charger := &phasedCharger{counts: make([]int, 2), by: []billing.Charger{
+		gatewayNotFound(t).ForBilling(), // a definite refusal (404): permanent, the claim released
+		e.charger,                       // the provider charges the other event
+	}}
+	svc := newService(t, e.pool, charger)
+	dl := &dlqRecorder{}
+	h, err := pipeline.New(pipeline.Config{Biller: svc, DLQ: dl, Decisions: svc, Metrics: metrics.New(prometheus.NewRegistry(), "test", "test"),
+		Logger: discard(), Now: time.Now, MaxAttempts: 3, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := func() []dlq.Reason { dl.mu.Lock(); defer dl.mu.Unlock(); return slices.Clone(dl.why) }
+	ctx := context.Background()
+	ev, other := event(30002, 2500), event(30002, 2500)
+
+	if err := h.Handle(ctx, kafkaRecord(ev, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if got := reasons(); !slices.Equal(got, []dlq.Reason{dlq.Permanent}) {
+		t.Fatalf("first delivery: dead letters %v; want [permanent]", got)
+	}
+	charger.next()
+	if res, err := svc.Process(billing.WithAttempt(ctx), other); err != nil || res.Outcome != billing.Charged {
+		t.Fatalf("the other event of the order: %+v, %v; want charged", res, err)
+	}
+	// The operator replays the dead letter: decided afresh, duplicate_order.
+	replay, err := svc.Process(billing.WithAttempt(billing.WithReplayCount(ctx, 1)), ev)
+	if err != nil || replay.Outcome != billing.DuplicateOrder {
+		t.Fatalf("the replay: %+v, %v; want duplicate_order", replay, err)
+	}
+
+	late, err := svc.Process(billing.WithAttempt(billing.WithReplayCount(ctx, 0)), ev)
+	t.Logf("the late original after the replay's duplicate_order: %+v, %v", late, err)
+	if d, ok := billing.AsDeadLettered(err); ok {
+		t.Fatalf("the late original record was answered by the dead letter the replay spent (%s), though the replay decided the event duplicate_order: two decisions (SPEC §11 I2)", d.Reason)
+	}
+	if err != nil || late.Outcome != billing.DuplicateOrder {
+		t.Errorf("the late original record: %+v, %v; want duplicate_order, as the replay decided", late, err)
+	}
+	if got := reasons(); len(got) != 1 {
+		t.Errorf("dead letters %v; want the first one only", got)
+	}
+	e.assertChargedOnce(t, other)
+}
