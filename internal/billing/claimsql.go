@@ -13,15 +13,28 @@ package billing
 //
 // And it answers first the events whose dead letter is decided already
 // (deadletter.go): a row of dead_letter whose replay_count is not below
-// the record's ($10), unless the event's own claim is charged, returns the
-// event with its stored reason and error, and the event is not claimed.
-// The healthy path pays no statement for it: the claim's returned rows
-// carry it (a NULL reason is a claim won).
+// the record's ($10) and whose reason is a decision (not replayedReason),
+// unless the event's own claim is charged, returns the event with its
+// stored reason and error, and the event is not claimed. The healthy path
+// pays no statement for it: the claim's returned rows carry it (a NULL
+// reason is a claim won). A replayed record (rp) leaves the row at its
+// count with replayedReason instead of a decision older than it, in the
+// same statement as its claim: from then on no record of the event is
+// answered by the spent dead letter, and the event's next dead letter,
+// from any of its records, is stored at that count (recordDeadLetterSQL).
+// rp locks its rows in event order, after ins has taken its ledger rows:
+// two claim statements take their locks in one order.
 var claimSQL = `WITH v AS (
   SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[], $5::uuid[], $10::int[]) WITH ORDINALITY AS v(o, e, c, a, t, r, n)),
 dl AS (
   SELECT d.event_id, d.reason, d.error FROM v JOIN dead_letter d ON d.event_id = v.e AND d.consumer_group = $6 AND d.replay_count >= v.r
-  WHERE NOT EXISTS (SELECT 1 FROM charge x WHERE x.event_id = v.e AND x.status = 'charged')),
+  WHERE d.reason <> '` + replayedReason + `' AND NOT EXISTS (SELECT 1 FROM charge x WHERE x.event_id = v.e AND x.status = 'charged')),
+rp AS (
+  INSERT INTO dead_letter AS d (event_id, consumer_group, reason, replay_count, error)
+  SELECT e, $6, '` + replayedReason + `', r, '' FROM v WHERE r > 0 ORDER BY e
+  ON CONFLICT (event_id, consumer_group) DO UPDATE
+  SET reason = excluded.reason, replay_count = excluded.replay_count, error = '', decided_at = now()
+  WHERE d.replay_count < excluded.replay_count),
 ins AS (
   INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token,
     in_flight_until, decide_after, claimed_by)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,4 +174,38 @@ func TestALateOriginalAfterAReplayIsNotAnsweredByTheSpentDeadLetter(t *testing.T
 		t.Errorf("dead letters %v; want the first one only", got)
 	}
 	e.assertChargedOnce(t, other)
+}
+
+// The replay's claim statement leaves the row without a decision: a late
+// original record is decided afresh, and a dead letter it gets becomes
+// the decision at the replay's count, so that a redelivery of the replay
+// (whose first processing died after its claim) is answered by it, one
+// reason (SPEC §11 I2), nothing sent.
+func TestADeadLetterAfterTheReplaysClaimAnswersTheReplay(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	var sent atomic.Int32
+	svc := newService(t, e.pool, chargerFunc(func(context.Context, billing.ChargeRequest) (billing.ChargeResult, error) {
+		sent.Add(1)
+		return billing.ChargeResult{}, &payment.Error{Kind: fault.Transient} // no answer: unknown
+	}))
+	ctx := context.Background()
+	ev := event(30003, 2500)
+	if r, _, err := svc.RecordDeadLetter(ctx, ev, 0, "permanent", "refused"); err != nil || r != "permanent" {
+		t.Fatalf("the original's dead letter: %q, %v", r, err)
+	}
+	// The replay claims, sends, and its process dies (the answer lost).
+	if _, err := svc.Process(billing.WithAttempt(billing.WithReplayCount(ctx, 1)), ev); fault.KindOf(err) != fault.Transient {
+		t.Fatalf("the replay: %v; want a transient error, its claim pending", err)
+	}
+	// The late original record is decided afresh and dead-lettered.
+	r, c, err := svc.RecordDeadLetter(ctx, ev, 0, "exhausted", "no answer")
+	if err != nil || r != "exhausted" || c != "no answer" {
+		t.Fatalf("the late original's dead letter after the replay's claim: %q %q, %v; want its own, exhausted: the replay spent the permanent one", r, c, err)
+	}
+	before := sent.Load()
+	_, err = svc.Process(billing.WithAttempt(billing.WithReplayCount(ctx, 1)), ev)
+	d, ok := billing.AsDeadLettered(err)
+	if !ok || d.Reason != "exhausted" || sent.Load() != before {
+		t.Errorf("the replay's redelivery: %v, %d requests sent; want the late original's dead letter, exhausted, nothing sent", err, sent.Load()-before)
+	}
 }
