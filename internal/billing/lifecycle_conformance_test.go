@@ -250,7 +250,7 @@ func confCases() []confCase {
 				ok := parkable(w, i)
 				if ok {
 					w.claim.parked, w.claim.othersSent = true, true
-					r.parkKeeps(&w, i)
+					r.parkKeeps(&w, i, w.ev[i].replays)
 				}
 				return ok, w, ""
 			},
