@@ -22,8 +22,11 @@ package billing
 // same statement as its claim: from then on no record of the event is
 // answered by the spent dead letter, and the event's next dead letter,
 // from any of its records, is stored at that count (recordDeadLetterSQL).
-// rp locks its rows in event order, after ins has taken its ledger rows:
-// two claim statements take their locks in one order.
+// rp takes its rows in event order, so that two claim statements lock
+// dead_letter rows in one order (Postgres does not order ins and rp
+// against each other: a deadlock across the two tables, which needs two
+// batches replaying the same events at once, is a Transient error,
+// retried; classify.go).
 var claimSQL = `WITH v AS (
   SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[], $5::uuid[], $10::int[]) WITH ORDINALITY AS v(o, e, c, a, t, r, n)),
 dl AS (
