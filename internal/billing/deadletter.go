@@ -21,8 +21,11 @@ import (
 // delivery of a record whose count is not higher with it — a
 // *DeadLettered error: the caller writes the same dead letter again, and
 // nothing is claimed or sent. Only a `dlq replay` (a higher count)
-// decides the event afresh. A decision never answers for an event whose
-// own claim is charged: the money is the truth.
+// decides the event afresh: its claim statement spends the old decision
+// (replayedReason), so that a late redelivery of an older record is
+// decided afresh too, never answered by a dead letter the replay may have
+// since decided otherwise (duplicate_order, say). A decision never
+// answers for an event whose own claim is charged: the money is the truth.
 
 // DeadLettered is in the chain of Process's error for an event whose dead
 // letter was decided before (by an earlier delivery of the same record, or
@@ -95,22 +98,39 @@ func replayCountOf(ctx context.Context) int {
 	return n
 }
 
+// replayedReason is the reason of a dead_letter row that holds no
+// decision: a record replayed replay_count times was claimed since the
+// decision (claimSQL), so the spent dead letter answers no record of the
+// event any more. Without it, a late redelivery of the original record
+// after the replay was decided otherwise (duplicate_order, say) would be
+// answered by the spent dead letter: two decisions (SPEC §11 I2). The
+// event's next dead letter, from any of its records, takes the row at
+// that count: a redelivery of the replayed record, decided after an
+// older record was, is answered by it (one reason). Deleting the row
+// instead would let the replay's redelivery decide afresh after a late
+// original's dead letter, and write another reason.
+const replayedReason = "replayed"
+
 // recordDeadLetterSQL stores a decision, or keeps the stored one unless
-// the incoming record was replayed more often, and returns the reason and
-// error to dead-letter with ($1 event, $2 group, $3 reason, $4 replay
-// count, $5 error). The outer SELECT sees the row as it was before the
-// statement: the stored decision when the upsert changed nothing. A row
-// inserted meanwhile by a concurrent transaction is seen by neither part:
-// no row, and the caller asks again.
+// the incoming record was replayed more often or the row holds no
+// decision (replayedReason), and returns the reason and error to
+// dead-letter with ($1 event, $2 group, $3 reason, $4 replay count, $5
+// error). A decision stored over replayedReason keeps the higher count.
+// The outer SELECT sees the row as it was before the statement: the
+// stored decision when the upsert changed nothing. A row inserted or
+// changed meanwhile by a concurrent transaction may be seen by neither
+// part (or, a replayedReason the upsert no longer found, by the outer
+// SELECT, which skips it): no row, and the caller asks again.
 const recordDeadLetterSQL = `WITH up AS (
   INSERT INTO dead_letter AS d (event_id, consumer_group, reason, replay_count, error) VALUES ($1, $2, $3, $4, $5)
   ON CONFLICT (event_id, consumer_group) DO UPDATE
-  SET reason = excluded.reason, replay_count = excluded.replay_count, error = excluded.error, decided_at = now()
-  WHERE d.replay_count < excluded.replay_count
+  SET reason = excluded.reason, replay_count = greatest(d.replay_count, excluded.replay_count), error = excluded.error, decided_at = now()
+  WHERE d.replay_count < excluded.replay_count OR d.reason = '` + replayedReason + `'
   RETURNING reason, error)
 SELECT reason, error FROM up
 UNION ALL
-SELECT reason, error FROM dead_letter WHERE event_id = $1 AND consumer_group = $2 AND NOT EXISTS (SELECT 1 FROM up)`
+SELECT reason, error FROM dead_letter WHERE event_id = $1 AND consumer_group = $2 AND reason <> '` + replayedReason + `'
+  AND NOT EXISTS (SELECT 1 FROM up)`
 
 // RecordDeadLetter makes the dead letter of ev, decided for a record
 // carrying dlq-replay-count replayCount with reason and cause, durable

@@ -20,13 +20,14 @@ type scenario struct {
 // with environment moves on top of every delivery, answer, completer
 // pass, deferral and operator decision: a crash of every replica, a
 // pause and resume, a lost offset commit (redelivery), a dead letter
-// replayed.
+// replayed, and after it a late delivery of the original record.
 var modelScenarios = []scenario{
 	{"two events, same amount", []int8{0, 0}, budgetM{}},
 	{"two events, same amount, a crash and a pause", []int8{0, 0}, budgetM{crash: 1, pause: 1}},
 	{"two events, same amount, a redelivery", []int8{0, 0}, budgetM{redeliver: 1}},
 	{"two events, other amount, a replay and a crash", []int8{0, 1}, budgetM{replay: 1, crash: 1}},
 	{"three events, two amounts", []int8{0, 0, 1}, budgetM{}},
+	{"two events, same amount, a replay and a late original", []int8{0, 0}, budgetM{replay: 1, late: 1}},
 }
 
 func (sc scenario) init() world {
@@ -132,13 +133,17 @@ func TestModelCatchesABrokenRule(t *testing.T) {
 		{"the completer does not check the pause (defect 5)", "I4 pause means pause",
 			func(r *modelRules) { r.completerWaitsOnPause = func() bool { return false } }, nil},
 		{"parking keeps only the claim (defect 4)", "I3 a path to the charge",
-			func(r *modelRules) { r.parkKeeps = func(*world, int8) {} }, nil},
+			func(r *modelRules) { r.parkKeeps = func(*world, int8, int8) {} }, nil},
 		{"a release ignores the in-flight window (defect 1)", "I5 no decision races a request",
 			func(r *modelRules) { r.operatorMay = func(w world) bool { return w.claim.held == 0 } }, nil},
 		{"the creator's retries record no send (defect 1)", "I1 once",
 			func(r *modelRules) { r.recordsSend = func(created, first bool) bool { return !created || first } }, nil},
 		{"a redelivery ignores the stored dead-letter decision", "I2 one reason",
 			func(r *modelRules) { r.decided, r.keeps = noDecision, noDecision }, &modelScenarios[2]},
+		{"a replay's claim leaves the decision it replays (a late original is answered by it)", "I2 one decision",
+			func(r *modelRules) { r.spends = keepsAll }, &modelScenarios[5]},
+		{"a replay's claim deletes the decision it replays (the next dead letter is stored at the original's count)", "I2 one reason",
+			func(r *modelRules) { r.spends = deletesOlder }, &modelScenarios[5]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := productionRules()

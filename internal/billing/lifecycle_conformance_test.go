@@ -49,7 +49,8 @@ type confDB interface {
 // consumer attempt, a running deciding-loop attempt or of none; deferred
 // rows of neither, one or both events, in either order; b of a's amount or
 // of another. A charged claim is never parked in the model (the record
-// clears it), so those rows are left out.
+// clears it), so those rows are left out. Without deferred rows, each also
+// with a's dead_letter row and record count as confDecisions lists them.
 func confWorlds() []world {
 	claims := []claimM{{}}
 	for owner := range int8(2) {
@@ -79,11 +80,38 @@ func confWorlds() []world {
 					w.ev[i].deferred = int8(rank + 1)
 				}
 				out = append(out, w)
+				for _, d := range confDecisions {
+					if order == nil {
+						w.ev[0].decision, w.ev[0].decidedAt, w.ev[0].replays = d[0], int8(d[1]), int8(d[2])
+						out = append(out, w)
+					}
+				}
 			}
 		}
 	}
 	return out
 }
+
+// confDecisions are a's dead_letter rows (decision, its count) and the
+// count of the record a's statements run for: a decision of a record
+// replayed as often, less or more, one a replay's claim spent, and none.
+var confDecisions = [][3]uint8{
+	{dlqPermanent, 0, 0}, {dlqPermanent, 0, 1}, {dlqPermanent, 1, 1}, {dlqPermanent, 1, 0},
+	{decisionSpent, 1, 0}, {decisionSpent, 1, 1}, {decisionSpent, 1, 2}, {0, 0, 1},
+}
+
+// confHasDecision: w has a dead_letter row or a replayed record.
+func confHasDecision(w world) bool {
+	for i := range w.n {
+		if w.ev[i].decision != 0 || w.ev[i].replays != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// confReasons are the dead_letter reasons of the model's decisions.
+var confReasons = map[uint8]string{dlqConflict: "conflict", dlqPermanent: "permanent", dlqExhausted: "exhausted", decisionSpent: replayedReason}
 
 // confRecord is event i's record: the one its deferred row holds, or a
 // fresh one (another offset: a replayed dead letter).
@@ -101,8 +129,17 @@ func confRecord(i int8, fresh bool) Record {
 // strays. decideAfter is the claim's decide_after from now (negative: past).
 func confReset(ctx context.Context, db confDB, w world, decideAfter time.Duration) error {
 	if _, err := db.Exec(ctx, `DELETE FROM charge; DELETE FROM deferred_event; DELETE FROM claim_send; DELETE FROM claim_audit;
-DELETE FROM stray_charge`); err != nil {
+DELETE FROM stray_charge; DELETE FROM dead_letter`); err != nil {
 		return err
+	}
+	for i := range w.n {
+		if d := w.ev[i].decision; d != 0 {
+			_, err := db.Exec(ctx, `INSERT INTO dead_letter (event_id, consumer_group, reason, replay_count, error) VALUES ($1, $2, $3, $4, 'model')`,
+				[16]byte(modelID(i)), confGroup, confReasons[d], w.ev[i].decidedAt)
+			if err != nil {
+				return fmt.Errorf("insert the dead_letter row of %s: %w", eventNames[i], err)
+			}
+		}
 	}
 	for range w.claim.strays {
 		_, err := db.Exec(ctx, `INSERT INTO stray_charge (order_id, event_id, provider_charge_id, sender, claim_event_id, claim_status)
@@ -140,9 +177,9 @@ VALUES ($1, $2, $3, $4::numeric, now() - $5 * interval '1 microsecond', now(), $
 	return nil
 }
 
-// confObserve reads the order's rows back into a copy of w, in one
-// query: the claim and the deferred rows' order. extra says what the
-// model cannot hold: a second deferred row of an event.
+// confObserve reads the order's rows back into a copy of w: the claim,
+// the deferred rows' order (one query) and the dead_letter rows. extra
+// says what the model cannot hold: a second deferred row of an event.
 func confObserve(ctx context.Context, db confDB, w world) (_ world, extra string, _ error) {
 	n := w
 	n.claim = claimM{held: w.claim.held, strays: w.claim.strays}
@@ -186,6 +223,30 @@ FROM (SELECT 1) AS one LEFT JOIN charge c ON c.order_id = 1`, confGroup).Scan(&i
 			n.ev[i].deferred = int8(k + 1)
 		}
 	}
+	return confObserveDecisions(ctx, db, n, extra)
+}
+
+// confObserveDecisions reads the dead_letter rows back into n.
+func confObserveDecisions(ctx context.Context, db confDB, n world, extra string) (world, string, error) {
+	for i := range n.n {
+		n.ev[i].decision, n.ev[i].decidedAt = 0, 0
+		var reason string
+		var count int8
+		err := db.QueryRow(ctx, `SELECT reason, replay_count FROM dead_letter WHERE event_id = $1 AND consumer_group = $2`,
+			[16]byte(modelID(i)), confGroup).Scan(&reason, &count)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return n, "", fmt.Errorf("read the dead_letter row of %s: %w", eventNames[i], err)
+		}
+		n.ev[i].decidedAt = count
+		for bit, name := range confReasons {
+			if name == reason {
+				n.ev[i].decision = bit
+			}
+		}
+	}
 	return n, extra, nil
 }
 
@@ -213,6 +274,9 @@ type confCase struct {
 	// so it runs also with b of another amount than a; the others are
 	// given ids alone and read no amount.
 	body bool
+	// decisions: the statement reads or writes dead_letter; the others run
+	// only from the starting rows without a decision or a replayed record.
+	decisions bool
 	// looser says where the model may make a move the statement refuses,
 	// and why that proves no less (nil: nowhere).
 	looser func(w world) bool
@@ -250,7 +314,7 @@ func confCases() []confCase {
 				ok := parkable(w, i)
 				if ok {
 					w.claim.parked, w.claim.othersSent = true, true
-					r.parkKeeps(&w, i)
+					r.parkKeeps(&w, i, w.ev[i].replays)
 				}
 				return ok, w, ""
 			},
@@ -314,7 +378,21 @@ func confCases() []confCase {
 			run: func(ctx context.Context, s *Service, tx pgx.Tx, w world) (bool, string, error) {
 				return confClaim(ctx, s, tx, w, i)
 			},
-			body: true})
+			body: true, decisions: true})
+		cs = append(cs, confCase{name: "recordDeadLetterSQL: " + name + ", exhausted",
+			model: func(r modelRules, w world) (bool, world, string) {
+				count := recordOf(w, i, byConsumer)
+				if kept := r.keeps(w, i, count); kept != 0 {
+					return false, w, confReasons[kept]
+				}
+				w.ev[i].decision, w.ev[i].decidedAt = dlqExhausted, max(w.ev[i].decidedAt, count)
+				return true, w, "exhausted"
+			},
+			run: func(ctx context.Context, s *Service, _ pgx.Tx, w world) (bool, string, error) {
+				reason, cause, err := s.RecordDeadLetter(ctx, w.modelEvent(i), int(w.ev[i].replays), "exhausted", "conformance")
+				return reason == "exhausted" && cause == "conformance", reason, err
+			},
+			body: true, decisions: true})
 	}
 	return cs
 }
@@ -353,10 +431,17 @@ func confTake(ctx context.Context, s *Service, _ pgx.Tx, _ world) (bool, string,
 	return true, "another event", nil
 }
 
-// confClaimModel: the claim statement inserts event i's claim when the
-// order has none and no event deferred before i holds it; else the
-// model's claim step decides by decide over w.row(), or waits (held).
+// confClaimModel: the claim statement answers event i's record with the
+// stored decision (decided); else it spends an older one (spends), and
+// inserts i's claim when the order has none and no event deferred before
+// i holds it; else the model's claim step decides by decide over w.row(),
+// or waits (held).
 func confClaimModel(r modelRules, w world, i int8) (bool, world, string) {
+	count := recordOf(w, i, byConsumer)
+	if reason := r.decided(w, i, count); reason != 0 {
+		return false, w, "dead-lettered before: " + confReasons[reason]
+	}
+	r.spends(&w, i, count)
 	if !w.claim.exists {
 		if r.heldByDeferred(w, i) {
 			return false, w, "held by a deferred event"
@@ -375,7 +460,7 @@ func confClaim(ctx context.Context, s *Service, tx pgx.Tx, w world, i int8) (boo
 	ev := w.modelEvent(i)
 	inFlight, decideAfter := s.sends.args()
 	rows, err := tx.Query(ctx, claimSQL, []int64{ev.OrderID}, [][16]byte{ev.EventID}, []int64{ev.CustomerID},
-		[]string{ev.TotalAmount.String()}, [][16]byte{modelToken(i, byConsumer)}, s.group, inFlight, decideAfter, s.sends.Host, []int32{0})
+		[]string{ev.TotalAmount.String()}, [][16]byte{modelToken(i, byConsumer)}, s.group, inFlight, decideAfter, s.sends.Host, []int32{int32(w.ev[i].replays)})
 	if err != nil {
 		return false, "", err
 	}
@@ -456,7 +541,7 @@ func TestStatementsConformToTheModel(t *testing.T) {
 				t.Fatalf("rows of %s: %v", w.show(), err)
 			}
 			for _, c := range cases {
-				if w.ev[1].amount != 0 && !c.body {
+				if w.ev[1].amount != 0 && !c.body || confHasDecision(w) && !c.decisions {
 					continue
 				}
 				want, wantAfter, wantDetail := c.model(r, w)
@@ -487,8 +572,8 @@ func TestStatementsConformToTheModel(t *testing.T) {
 		bad := confMismatches{}
 		n := 0
 		for _, w := range worlds {
-			if w.ev[0].deferred != 0 || w.ev[1].deferred != 0 || w.ev[1].amount != 0 {
-				continue // ApplyOperator reads neither
+			if w.ev[0].deferred != 0 || w.ev[1].deferred != 0 || w.ev[1].amount != 0 || confHasDecision(w) {
+				continue // ApplyOperator reads none of them
 			}
 			for _, open := range []bool{false, true} {
 				for _, act := range []OperatorAction{ActionRelease, ActionMarkCharged} {

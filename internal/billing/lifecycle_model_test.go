@@ -35,7 +35,9 @@ import (
 //   - Kafka redelivers a record until its offset commit lands; a commit
 //     may be lost (rebalance, offset reset) and the record delivered again
 //     (bounded by budget.redeliver). A dead letter can be replayed
-//     (budget.replay): the record is delivered again.
+//     (budget.replay): the record is delivered again. After a replay the
+//     original record may still be delivered late (budget.late: its
+//     commit lost, an offset reset), beside or after the replayed one.
 //   - The provider keeps one result per idempotency key: the first request
 //     it processes under a key takes the charge (2xx) or refuses it (402);
 //     every later request under that key gets that stored result. It may
@@ -92,7 +94,10 @@ type attemptM struct {
 	pc      int8
 	created bool // this attempt created the claim it sends
 	unknown bool // one of its requests had an unknown outcome
-	req     requestM
+	// stale: the attempt decides the event's original record (count 0),
+	// delivered late after a replay, not its current one.
+	stale bool
+	req   requestM
 }
 
 // manswer is an Answer in a byte, for the same reason as mstatus.
@@ -163,9 +168,13 @@ type eventM struct {
 	// deferred row keeps.
 	replays, deferredRec int8
 	// decision is the dead letter recorded in dead_letter (a dlq bit, 0:
-	// none) for a record of count decidedAt (migration 00012).
+	// none; decisionSpent: a replay's claim spent it) for a record of
+	// count decidedAt (migration 00012).
 	decision  uint8
 	decidedAt int8
+	// spentCopy: a copy of the dead letter that was replayed was written
+	// after the replay had decided the event.
+	spentCopy bool
 }
 
 // Dead-letter reasons and committed outcomes, as bits.
@@ -174,6 +183,10 @@ const (
 	dlqPermanent
 	dlqExhausted
 )
+
+// decisionSpent is a dead_letter row whose reason is replayedReason: a
+// record replayed decidedAt times was claimed since the decision.
+const decisionSpent uint8 = 1 << 7
 
 // The outcomes a record is committed with. Only duplicate_order is kept
 // in the state (I2 asks whether it was true); the others are labels.
@@ -197,6 +210,9 @@ type completerM struct {
 // budgetM bounds the environment's moves.
 type budgetM struct {
 	redeliver, replay, crash, pause int8
+	// late: deliveries of the original record of a replayed event (the
+	// first event's only).
+	late int8
 }
 
 // world is the whole state. It is comparable: the explorer hashes it.
@@ -360,6 +376,7 @@ func lifecycleInvariants() []modelcheck.Invariant[world] {
 		{Name: "I1 once", Holds: func(w world) bool { return w.chargedKeys() <= 1 }},
 		{Name: "I2 one true decision", Holds: oneTrueDecision},
 		{Name: "I2 one reason", Holds: oneReason},
+		{Name: "I2 one decision", Holds: oneDecision},
 		{Name: "I3 a path to the charge", Holds: pathToCharge},
 		{Name: "I4 pause means pause", Holds: func(w world) bool { return !w.sentPause }},
 		{Name: "I5 no decision races a request", Holds: func(w world) bool { return !w.raced }},
@@ -383,6 +400,18 @@ func oneTrueDecision(w world) bool {
 func oneReason(w world) bool {
 	for i := range w.n {
 		if bits.OnesCount8(w.ev[i].dlq) > 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// oneDecision: a replayed event's trace never goes back to the dead
+// letter that was replayed once the replay decided it (a dead letter or
+// duplicate_order): the old decision would then stand beside the new.
+func oneDecision(w world) bool {
+	for i := range w.n {
+		if w.ev[i].spentCopy {
 			return false
 		}
 	}

@@ -45,8 +45,9 @@ type modelRules struct {
 	completerWaitsOnPause func() bool
 	// policy is the failure policy: the actions allowed after err.
 	policy func(w world, i, by int8, err error) []action
-	// parkKeeps is what parking keeps beside the claim.
-	parkKeeps func(w *world, i int8)
+	// parkKeeps is what parking keeps beside the claim of event i's
+	// record of count rec.
+	parkKeeps func(w *world, i, rec int8)
 	// strayCharge handles a 2xx for a claim that is not the event's.
 	strayCharge func(s *stepper, w world, i, by int8, label string)
 	// decided is claimSQL's answer from dead_letter for event i's record
@@ -55,6 +56,9 @@ type modelRules struct {
 	// reason stored before that a new dead letter keeps, or 0 (the new
 	// one is stored).
 	decided, keeps func(w world, i, count int8) uint8
+	// spends is claimSQL's rp: what the claim statement of event i's
+	// record of count count leaves of the stored decision.
+	spends func(w *world, i, count int8)
 }
 
 // action is one thing the failure policy may do with a failed attempt.
@@ -113,12 +117,13 @@ func rulesBefore29() modelRules {
 		senderWaitsOnPause:    func(int8) bool { return false },
 		completerWaitsOnPause: func() bool { return false },
 		policy:                policyBefore29,
-		parkKeeps:             func(*world, int8) {},
+		parkKeeps:             func(*world, int8, int8) {},
 		strayCharge: func(s *stepper, w world, i, by int8, label string) {
 			s.fail(w, i, by, fault.Errorf(fault.Conflict, "ledger claim vanished"), label+": its claim vanished")
 		},
 		decided: noDecision,
 		keeps:   noDecision,
+		spends:  keepsAll,
 	}
 }
 
@@ -126,10 +131,36 @@ func rulesBefore29() modelRules {
 // 00012): every delivery decides afresh.
 func noDecision(world, int8, int8) uint8 { return 0 }
 
+// keepsAll: the claim statement leaves the stored decision as it is (the
+// rule before the replay spent it: a late original record after the
+// replay is answered by the spent dead letter).
+func keepsAll(*world, int8, int8) {}
+
+// spendsOlder is claimSQL's rp: a replayed record leaves the row at its
+// count without a decision (replayedReason) when it held none or one of a
+// lower count.
+func spendsOlder(w *world, i, count int8) {
+	if e := &w.ev[i]; count > 0 && (e.decision == 0 || e.decidedAt < count) {
+		e.decision, e.decidedAt = decisionSpent, count
+	}
+}
+
+// deletesOlder is a broken spends, kept as a test: the replayed record's
+// claim deletes an older decision, so that a late original record, decided
+// afresh while the replay waits (deferred, or its process died), stores
+// its dead letter at its own count, and the replay, decided afresh again,
+// may write another reason.
+func deletesOlder(w *world, i, count int8) {
+	if e := &w.ev[i]; e.decision != 0 && e.decidedAt < count {
+		e.decision, e.decidedAt = 0, 0
+	}
+}
+
 // keptDecision is recordDeadLetterSQL's rule: the stored reason stays
-// unless the record was replayed more often.
+// unless the record was replayed more often or the row holds no decision
+// (spent).
 func keptDecision(w world, i, count int8) uint8 {
-	if e := w.ev[i]; e.decision != 0 && e.decidedAt >= count {
+	if e := w.ev[i]; e.decision != 0 && e.decision != decisionSpent && e.decidedAt >= count {
 		return e.decision
 	}
 	return 0
@@ -240,16 +271,20 @@ func productionRules() modelRules {
 	r.operatorMay = func(w world) bool {
 		return w.claim.held == 0 && !w.inFlight(w.claim.owner, true) && !w.recordedUnsent(w.claim.owner)
 	}
-	r.parkKeeps = func(w *world, i int8) {
+	r.parkKeeps = func(w *world, i, rec int8) {
 		if w.ev[i].deferred == 0 {
-			w.ev[i].deferred, w.ev[i].deferredRec = w.lastDeferred()+1, w.ev[i].replays
+			w.ev[i].deferred, w.ev[i].deferredRec = w.lastDeferred()+1, rec
 		}
 	}
 	r.strayCharge = strayCharge
 	// A valid event's dead letter is recorded before it is written, and
 	// answers every later delivery of a record replayed no more often
-	// (migration 00012, SPEC §11 I2).
+	// (migration 00012, SPEC §11 I2) until a replay's claim spends it.
 	r.decided, r.keeps = answeredByDecision, keptDecision
+	// A replayed record's claim spends the older decision (SPEC §11 I2):
+	// a late original record is decided afresh, and the event's next dead
+	// letter is stored at the replay's count.
+	r.spends = spendsOlder
 	return r
 }
 

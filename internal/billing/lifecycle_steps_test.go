@@ -41,7 +41,8 @@ func (r modelRules) steps(w world) []modelcheck.Step[world] {
 
 // deliveries: Kafka hands out an uncommitted record whose event has no
 // consumer attempt (after a pause, not while it is in force); a committed
-// record's commit is lost; a replayable dead letter is replayed.
+// record's commit is lost; a replayable dead letter is replayed; a
+// replayed event's original record is delivered late.
 func (s *stepper) deliveries(i int8) {
 	w := s.from
 	e := w.ev[i]
@@ -67,6 +68,14 @@ func (s *stepper) deliveries(i int8) {
 		n.ev[i].replays++
 		s.add("operator replays the dead letter of "+eventNames[i], n)
 	}
+	// Only the first event's: the events are alike, and the scenario
+	// stays bounded.
+	if i == 0 && e.replays > 0 && w.budget.late > 0 && e.att[byConsumer].pc == pcIdle && !w.paused {
+		n := w
+		n.budget.late--
+		n.ev[i].att[byConsumer] = attemptM{pc: pcClaim, stale: true}
+		s.add("the original record of "+eventNames[i]+" is delivered late", n)
+	}
 }
 
 // attempt: the next step of event i's attempt by actor by.
@@ -90,10 +99,21 @@ func (s *stepper) claimStep(i, by int8) {
 		return
 	}
 	name := eventNames[i]
-	if reason := s.r.decided(w, i, recordOf(w, i, by)); reason != 0 {
+	count := recordOf(w, i, by)
+	if reason := s.r.decided(w, i, count); reason != 0 {
+		if e := w.ev[i]; e.decidedAt < e.replays {
+			// A copy of the dead letter that was replayed: part of the
+			// trace before the replay when it is written before the
+			// replay decided anything, a second decision after (I2).
+			w.ev[i].spentCopy = e.dlq != 0 || e.outcomes&keptOutcomes != 0
+			s.end(w, i, by, name+" finds the dead letter that was replayed: writes a copy of it")
+			return
+		}
 		s.deadLetter(w, i, by, reason, name+" finds its dead letter decided before: writes it again")
 		return
 	}
+	// The claim statement spends a decision older than the record.
+	s.r.spends(&w, i, count)
 	if !w.claim.exists {
 		if s.r.heldByDeferred(w, i) {
 			s.busy(i, by, "claim of "+name+": order held by an earlier deferred event")
@@ -269,7 +289,7 @@ func (s *stepper) fail(w world, i, by int8, err error, label string) {
 		case actPark:
 			if parkable(n, i) {
 				n.claim.parked, n.claim.othersSent = true, true
-				s.r.parkKeeps(&n, i)
+				s.r.parkKeeps(&n, i, recordOf(n, i, by))
 				s.finish(n, i, by, outParked, label+"; parked")
 			}
 		case actDefer:
@@ -313,17 +333,21 @@ func (s *stepper) deadLetter(w world, i, by int8, reason uint8, label string) {
 	if kept := s.r.keeps(w, i, count); kept != 0 {
 		reason = kept
 	} else {
-		w.ev[i].decision, w.ev[i].decidedAt = reason, count
+		w.ev[i].decision, w.ev[i].decidedAt = reason, max(w.ev[i].decidedAt, count)
 	}
 	w.ev[i].dlq |= reason
 	s.end(w, i, by, label)
 }
 
 // recordOf is the dlq-replay-count of the record attempt by of event i
-// decides: the consumer's delivery, or the deferred row's.
+// decides: the consumer's delivery (the original's, 0, when late), or
+// the deferred row's.
 func recordOf(w world, i, by int8) int8 {
-	if by == byDecider {
+	switch {
+	case by == byDecider:
 		return w.ev[i].deferredRec
+	case w.ev[i].att[by].stale:
+		return 0
 	}
 	return w.ev[i].replays
 }
@@ -335,13 +359,16 @@ func (s *stepper) finish(w world, i, by int8, outcome uint8, label string) {
 }
 
 func (s *stepper) end(w world, i, by int8, label string) {
+	stale := w.ev[i].att[by].stale
 	w.ev[i].att[by] = attemptM{}
 	if w.claim.exists && w.claim.owner == i && w.claim.creator == by+1 {
 		w.claim.creator = 0
 	}
-	if by == byConsumer {
+	switch {
+	case stale: // the original record's commit: the current one's stays as it is
+	case by == byConsumer:
 		w.ev[i].committed = true
-	} else {
+	default:
 		w.ev[i].deferred, w.ev[i].deferredRec = 0, 0
 	}
 	s.add(label, w)
