@@ -6,7 +6,8 @@
 -- valid event's dead letter, the decision it dead-letters (reason and
 -- error), with the dlq-replay-count of the record it decided (0 for a
 -- record never replayed). A later delivery of a record whose count is not
--- higher (a lost offset commit, a rebalance, an offset reset) is answered
+-- higher (a lost offset commit, a rebalance, an offset reset), with the
+-- same parameters (order, customer, amount), is answered
 -- by the row: the same dead letter is written again, with the stored
 -- reason, and nothing is claimed or sent. Only a `dlq replay` (a record
 -- with a higher count) decides the event afresh; if that decision is a
@@ -22,6 +23,14 @@
 CREATE TABLE dead_letter (
     event_id       uuid        NOT NULL,
     consumer_group text        NOT NULL,
+    -- The parameters of the record decided: a decision answers only a
+    -- record of the same event_id with the same order, customer and
+    -- amount. A record that reuses an event_id with other parameters (a
+    -- true conflict) has a decision of its own and never answers the
+    -- valid event's records, nor they it.
+    order_id       bigint      NOT NULL,
+    customer_id    bigint      NOT NULL,
+    amount         numeric     NOT NULL,
     -- reason is the dlq-reason of the event's dead letters: permanent,
     -- conflict or exhausted (invalid records have no event and no row).
     reason         text        NOT NULL,
@@ -29,7 +38,7 @@ CREATE TABLE dead_letter (
     replay_count   int         NOT NULL,
     error          text        NOT NULL,
     decided_at     timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (event_id, consumer_group)
+    PRIMARY KEY (event_id, consumer_group, order_id, customer_id, amount)
 );
 CREATE INDEX dead_letter_decided_at ON dead_letter (decided_at);
 

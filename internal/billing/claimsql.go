@@ -12,7 +12,9 @@ package billing
 // D plus the provider's bound in milliseconds, $9 the replica.
 //
 // And it answers first the events whose dead letter is decided already
-// (deadletter.go): a row of dead_letter whose replay_count is not below
+// (deadletter.go): a row of dead_letter of the same event and parameters
+// (order, customer, amount: another record's conflict under a reused
+// event_id never answers the valid event) whose replay_count is not below
 // the record's ($10) and whose reason is a decision (not replayedReason),
 // unless the event's own claim is charged, returns the event with its
 // stored reason and error, and the event is not claimed. The healthy path
@@ -30,12 +32,13 @@ package billing
 var claimSQL = `WITH v AS (
   SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[], $5::uuid[], $10::int[]) WITH ORDINALITY AS v(o, e, c, a, t, r, n)),
 dl AS (
-  SELECT d.event_id, d.reason, d.error FROM v JOIN dead_letter d ON d.event_id = v.e AND d.consumer_group = $6 AND d.replay_count >= v.r
+  SELECT d.event_id, d.reason, d.error FROM v JOIN dead_letter d ON d.event_id = v.e AND d.consumer_group = $6
+    AND d.order_id = v.o AND d.customer_id = v.c AND d.amount = v.a::numeric AND d.replay_count >= v.r
   WHERE d.reason <> '` + replayedReason + `' AND NOT EXISTS (SELECT 1 FROM charge x WHERE x.event_id = v.e AND x.status = 'charged')),
 rp AS (
-  INSERT INTO dead_letter AS d (event_id, consumer_group, reason, replay_count, error)
-  SELECT e, $6, '` + replayedReason + `', r, '' FROM v WHERE r > 0 ORDER BY e
-  ON CONFLICT (event_id, consumer_group) DO UPDATE
+  INSERT INTO dead_letter AS d (event_id, consumer_group, order_id, customer_id, amount, reason, replay_count, error)
+  SELECT e, $6, o, c, a::numeric, '` + replayedReason + `', r, '' FROM v WHERE r > 0 ORDER BY e
+  ON CONFLICT (event_id, consumer_group, order_id, customer_id, amount) DO UPDATE
   SET reason = excluded.reason, replay_count = excluded.replay_count, error = '', decided_at = now()
   WHERE d.replay_count < excluded.replay_count),
 ins AS (

@@ -115,21 +115,25 @@ const replayedReason = "replayed"
 // the incoming record was replayed more often or the row holds no
 // decision (replayedReason), and returns the reason and error to
 // dead-letter with ($1 event, $2 group, $3 reason, $4 replay count, $5
-// error). A decision stored over replayedReason keeps the higher count.
+// error, $6 order, $7 customer, $8 amount: a decision is the event's with
+// these parameters; a record reusing the event_id with others has its
+// own). A decision stored over replayedReason keeps the higher count.
 // The outer SELECT sees the row as it was before the statement: the
 // stored decision when the upsert changed nothing. A row inserted or
 // changed meanwhile by a concurrent transaction may be seen by neither
 // part (or, a replayedReason the upsert no longer found, by the outer
 // SELECT, which skips it): no row, and the caller asks again.
 const recordDeadLetterSQL = `WITH up AS (
-  INSERT INTO dead_letter AS d (event_id, consumer_group, reason, replay_count, error) VALUES ($1, $2, $3, $4, $5)
-  ON CONFLICT (event_id, consumer_group) DO UPDATE
+  INSERT INTO dead_letter AS d (event_id, consumer_group, reason, replay_count, error, order_id, customer_id, amount)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8::numeric)
+  ON CONFLICT (event_id, consumer_group, order_id, customer_id, amount) DO UPDATE
   SET reason = excluded.reason, replay_count = greatest(d.replay_count, excluded.replay_count), error = excluded.error, decided_at = now()
   WHERE d.replay_count < excluded.replay_count OR d.reason = '` + replayedReason + `'
   RETURNING reason, error)
 SELECT reason, error FROM up
 UNION ALL
-SELECT reason, error FROM dead_letter WHERE event_id = $1 AND consumer_group = $2 AND reason <> '` + replayedReason + `'
+SELECT reason, error FROM dead_letter WHERE event_id = $1 AND consumer_group = $2
+  AND order_id = $6 AND customer_id = $7 AND amount = $8::numeric AND reason <> '` + replayedReason + `'
   AND NOT EXISTS (SELECT 1 FROM up)`
 
 // RecordDeadLetter makes the dead letter of ev, decided for a record
@@ -143,7 +147,8 @@ SELECT reason, error FROM dead_letter WHERE event_id = $1 AND consumer_group = $
 func (s *Service) RecordDeadLetter(ctx context.Context, ev events.OrderConfirmed, replayCount int, reason, cause string) (string, string, error) {
 	for range 2 {
 		wctx, cancel := s.detached(ctx)
-		rows, err := s.db.Query(wctx, recordDeadLetterSQL, [16]byte(ev.EventID), s.group, reason, replayCount, cause)
+		rows, err := s.db.Query(wctx, recordDeadLetterSQL, [16]byte(ev.EventID), s.group, reason, replayCount, cause,
+			ev.OrderID, ev.CustomerID, ev.TotalAmount.String())
 		var got [][2]string
 		if err == nil {
 			got, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {

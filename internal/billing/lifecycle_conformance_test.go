@@ -134,8 +134,10 @@ DELETE FROM stray_charge; DELETE FROM dead_letter`); err != nil {
 	}
 	for i := range w.n {
 		if d := w.ev[i].decision; d != 0 {
-			_, err := db.Exec(ctx, `INSERT INTO dead_letter (event_id, consumer_group, reason, replay_count, error) VALUES ($1, $2, $3, $4, 'model')`,
-				[16]byte(modelID(i)), confGroup, confReasons[d], w.ev[i].decidedAt)
+			ev := w.modelEvent(i)
+			_, err := db.Exec(ctx, `INSERT INTO dead_letter (event_id, consumer_group, order_id, customer_id, amount, reason, replay_count, error)
+VALUES ($1, $2, $3, $4, $5::numeric, $6, $7, 'model')`,
+				[16]byte(modelID(i)), confGroup, ev.OrderID, ev.CustomerID, ev.TotalAmount.String(), confReasons[d], w.ev[i].decidedAt)
 			if err != nil {
 				return fmt.Errorf("insert the dead_letter row of %s: %w", eventNames[i], err)
 			}

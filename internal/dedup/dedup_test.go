@@ -264,8 +264,8 @@ func TestMaintenanceDeletesExpiredDeadLetterDecisions(t *testing.T) {
 		id  uuid.UUID
 		age time.Duration
 	}{{oldID, m.Retention + time.Hour}, {youngID, m.Retention - time.Hour}} {
-		if _, err := pool.Exec(context.Background(), `INSERT INTO dead_letter (event_id, consumer_group, reason, replay_count, error, decided_at)
-VALUES ($1, $2, 'permanent', 0, 'refused', now() - $3 * interval '1 millisecond')`, row.id, group, row.age.Milliseconds()); err != nil {
+		if _, err := pool.Exec(context.Background(), `INSERT INTO dead_letter (event_id, consumer_group, order_id, customer_id, amount, reason, replay_count, error, decided_at)
+VALUES ($1, $2, 1, 1, 10.00, 'permanent', 0, 'refused', now() - $3 * interval '1 millisecond')`, row.id, group, row.age.Milliseconds()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,10 +16,8 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
-// Review of issue 29 (the lifecycle core): failing tests of defects found.
-
-// newReviewHandler is a pipeline over svc whose dead letters go to dl.
-func newReviewHandler(t *testing.T, svc *billing.Service, dl *dlqRecorder) *pipeline.Handler {
+// newDecidingHandler is a pipeline over svc whose dead letters go to dl.
+func newDecidingHandler(t *testing.T, svc *billing.Service, dl *dlqRecorder) *pipeline.Handler {
 	t.Helper()
 	h, err := pipeline.New(pipeline.Config{Biller: svc, DLQ: dl, Decisions: svc, Metrics: metrics.New(prometheus.NewRegistry(), "test", "test"),
 		Logger: discard(), Now: time.Now, MaxAttempts: 3, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond})
@@ -29,18 +27,22 @@ func newReviewHandler(t *testing.T, svc *billing.Service, dl *dlqRecorder) *pipe
 	return h
 }
 
-// SPEC §11 I2 and I3, a regression of the dead-letter decisions (migration
-// 00012): the decision is keyed by event_id alone, so a dead letter decided
-// for ANOTHER BODY under the event's id answers the valid event's own retry.
+// SPEC §11 I2 and I3: a dead-letter decision is the event's with its
+// parameters (order, customer, amount: dead_letter's key), so a dead
+// letter decided for ANOTHER BODY under the event's id never answers the
+// valid event's own retry. Found by the review of the first cut of
+// migration 00012, keyed by event_id alone, where this test failed:
+// "the valid event answered "conflict" …; I2: event … has a conflict dead
+// letter and is charged", on both billers.
 //
 // The scenario is TestSameEventIDWithAnotherBodyIsConflict's, with the
 // pipeline in it: the valid event's first attempt leaves its claim pending
 // (a 500; its delivery is retrying), a forged or buggy record with the same
 // event_id and another amount is a true conflict and is dead-lettered
-// `conflict` by the pipeline, which stores the decision for the event_id.
-// The valid event's next retry (the same delivery, the same attempt) is
-// then answered by that decision before its claim is even looked at: it
-// is dead-lettered `conflict` too and committed, although its own claim is
+// `conflict` by the pipeline, which stores the decision for its body.
+// With that key, the valid event's next retry (the same delivery, the
+// same attempt) was answered by that decision before its claim was even looked at:
+// dead-lettered `conflict` too and committed, although its own claim is
 // pending with the right body. The completer then charges that claim: a
 // `conflict` dead letter for an event that was charged (I2: "never conflict
 // for an event that was later charged"); had the completer been refused,
@@ -48,12 +50,12 @@ func newReviewHandler(t *testing.T, svc *billing.Service, dl *dlqRecorder) *pipe
 // runbook does not replay (I3). Before migration 00012 the retry charged
 // (TestSameEventIDWithAnotherBodyIsConflict). The model cannot find it:
 // each of its events has its own key (modelID), one body per key.
-func TestReviewAnotherBodysDeadLetterAnswersTheValidEvent(t *testing.T) {
+func TestAnotherBodysDeadLetterNeverAnswersTheValidEvent(t *testing.T) {
 	forEachBiller(t, func(t *testing.T, k billerKind) {
 		e := newEnv(t, "secret-token")
 		b := e.billerOf(t, k, e.svc)
 		dl := &dlqRecorder{}
-		h := newReviewHandler(t, e.svc, dl)
+		h := newDecidingHandler(t, e.svc, dl)
 		ctx := billing.WithAttempt(context.Background()) // the valid event's delivery, retrying
 		ev := event(8802, 1000)
 
