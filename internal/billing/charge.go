@@ -134,53 +134,6 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 	return out, nil
 }
 
-// errMovedMeanwhile is the error of an event whose claim was released or
-// settled between its lookup and markSent: nothing was sent, and
-// processAll decides it again from the ledger at once.
-var errMovedMeanwhile = errors.New("the claim was released or settled before its request was sent; nothing sent, deciding again")
-
-// recordSends runs markSent for the events whose sends the claim
-// statement did not record and returns the indexes of the events that may
-// be charged: those the claim statement recorded, and those whose claim is
-// still pending. The others get a Transient error (nothing sent; their
-// retry decides again from the ledger). Its error means that nothing may
-// be sent.
-func (s *Service) recordSends(ctx context.Context, evs []events.OrderConfirmed, created, recorded []bool, out []response) ([]int, error) {
-	var others []int
-	for i := range evs {
-		if !recorded[i] {
-			others = append(others, i)
-		}
-	}
-	if len(others) == 0 {
-		all := make([]int, len(evs))
-		for i := range all {
-			all[i] = i
-		}
-		return all, nil
-	}
-	orders, ids, senders := make([]int64, len(others)), make([][16]byte, len(others)), make([]string, len(others))
-	for k, i := range byOrder(evs, others) {
-		orders[k], ids[k], senders[k] = evs[i].OrderID, evs[i].EventID, SenderRedelivery
-		if created[i] {
-			senders[k] = SenderCreator
-		}
-	}
-	pending, err := markSent(ctx, s.db, s.dbTimeout, s.sends, orders, ids, senders)
-	if err != nil {
-		return nil, err
-	}
-	may := make([]int, 0, len(evs))
-	for i, ev := range evs {
-		if recorded[i] || pending[ev.EventID] {
-			may = append(may, i)
-			continue
-		}
-		out[i].err = fault.New(fault.Transient, fmt.Errorf("order %d: %w", ev.OrderID, errMovedMeanwhile))
-	}
-	return may, nil
-}
-
 // prepare is the charge transaction's work before the requests: the
 // processed_event rows of the events that may be charged (idx; unless
 // withDedup is false), then the hold of the claims of those that did not
