@@ -97,12 +97,17 @@ func Record(msg kafka.Message, group string, reason Reason, cause error, attempt
 // ReplayCount is msg's dlq-replay-count: how often `dlq replay`
 // republished the record; 0 when it carries none, or none that is a
 // count (replay refuses such a record, so it was not republished by it).
+// A count beyond math.MaxInt32 (a header any producer may write; replay
+// stops far below) is math.MaxInt32: the count is stored in an int column
+// (dead_letter.replay_count), and a value it cannot hold would keep the
+// record from its dead letter.
 func ReplayCount(msg kafka.Message) int {
 	n := 0
 	for _, h := range msg.Headers {
 		if h.Key == HeaderReplayCount {
-			if v, err := strconv.Atoi(string(h.Value)); err == nil && v > 0 {
-				n = v
+			v, err := strconv.ParseInt(string(h.Value), 10, 32) // math.MaxInt32 on a range error
+			if v > 0 && (err == nil || errors.Is(err, strconv.ErrRange)) {
+				n = int(v)
 			}
 		}
 	}

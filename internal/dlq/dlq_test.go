@@ -379,3 +379,21 @@ func TestParseReason(t *testing.T) {
 		}
 	}
 }
+
+// ReplayCount reads dlq-replay-count as a count that Postgres' int holds:
+// none or garbage is 0, a count beyond math.MaxInt32 is math.MaxInt32.
+func TestReplayCount(t *testing.T) {
+	for _, tc := range []struct {
+		header string
+		want   int
+	}{{"", 0}, {"x", 0}, {"-3", 0}, {"0", 0}, {"7", 7}, {"2147483647", 2147483647},
+		{"2147483648", 2147483647}, {"99999999999999999999999", 2147483647}} {
+		msg := kafka.Message{}
+		if tc.header != "" {
+			msg.Headers = []kafka.Header{{Key: HeaderReplayCount, Value: []byte(tc.header)}}
+		}
+		if got := ReplayCount(msg); got != tc.want {
+			t.Errorf("ReplayCount(%q) = %d; want %d", tc.header, got, tc.want)
+		}
+	}
+}

@@ -11,27 +11,22 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 )
 
-// A FAILING review test (issue 29 item 7, second review of the final
-// code): a valid event's record whose dlq-replay-count header is beyond
-// Postgres' int (2147483648, say: any producer may write any header, and
-// dlq.ReplayCount accepts every positive Go int) is never dead-lettered.
-// Its dead letter must first be recorded as a decision (writeDLQ ->
-// decision -> RecordDeadLetter), whose replay_count parameter is an int4:
-// pgx refuses to encode the value, RecordDeadLetter fails, and the
-// pipeline retries the decision until its context ends. The record is
-// neither billed nor dead-lettered, and its partition is held behind it
-// for good (SPEC §10; a poison record the DLQ exists for). The claim
-// statement (claimOnce) meanwhile truncates the same count to int32, so
-// the two statements do not even agree on the record's count
-// (4294967297 is a replay count of 1 to claimSQL).
+// A valid event's record whose dlq-replay-count header is beyond
+// Postgres' int (2147483648, say: any producer may write any header) is
+// dead-lettered all the same: dlq.ReplayCount caps the count at
+// math.MaxInt32, so the decision's replay_count (an int4) can hold it and
+// the claim statement sees the same count. Before the cap, found by the
+// second review of issue 29, pgx refused to encode the count,
+// RecordDeadLetter failed and the pipeline retried the decision until its
+// context ended: the record was neither billed nor dead-lettered and held
+// its partition for good (SPEC §10). The test then reported "Handle:
+// context deadline exceeded, dead letters []; want nil and [conflict]".
 //
 // Scenario: order 8811 is charged by its event; a record with the same
 // event_id and another amount (a true conflict, dead-lettered `conflict`)
-// arrives carrying dlq-replay-count 2147483648. The handler should write
-// one `conflict` dead letter and return; it returns the context's error
-// with nothing written. The count 7 is the control: the same record is
-// dead-lettered at once.
-func TestReviewReplayCountBeyondInt4IsDeadLettered(t *testing.T) {
+// arrives carrying dlq-replay-count 2147483648. The handler writes one
+// `conflict` dead letter and returns. The count 7 is the control.
+func TestAReplayCountBeyondInt4IsDeadLettered(t *testing.T) {
 	for _, count := range []string{"7", "2147483648"} {
 		t.Run(count, func(t *testing.T) { replayCountDeadLettered(t, count) })
 	}
