@@ -28,6 +28,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/billing-consumer/billing-consumer/internal/redact"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
 )
 
@@ -112,7 +113,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := kafkatest.CreateTopicErr(ctx, o.brokers, dlqTopic, 3); err != nil {
 		return fmt.Errorf("create topic %s: %w", dlqTopic, err)
 	}
-	fmt.Fprintf(stdout, "migrating %s...\n", redact(o.dbURL))
+	fmt.Fprintf(stdout, "migrating %s...\n", redact.String(o.dbURL))
 	for _, command := range []string{"migrate", "retention"} { // retention creates today's dedup partitions
 		if err := runOnce(ctx, o.bin, []string{"BILLING_DATABASE_URL=" + o.dbURL}, logf, command); err != nil {
 			return err
@@ -168,17 +169,6 @@ func findServices(o options) services {
 		svc.postgres = listenerPID(p)
 	}
 	return svc
-}
-
-// redact hides the password of a postgres:// URL for printing.
-func redact(u string) string {
-	at := strings.LastIndex(u, "@")
-	scheme := strings.Index(u, "://")
-	if at < 0 || scheme < 0 {
-		return u
-	}
-	user, _, _ := strings.Cut(u[scheme+3:at], ":")
-	return u[:scheme+3] + user + ":***" + u[at:]
 }
 
 // write writes the chart, the report and the README summary the options

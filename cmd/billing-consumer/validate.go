@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/payment"
+	"github.com/billing-consumer/billing-consumer/internal/redact"
 )
 
 // validate checks the settings a command uses and returns every problem:
@@ -249,38 +249,13 @@ func connStringProblem(conn string, err error) string {
 			msg = "not a valid connection string"
 		}
 	}
-	for _, pw := range passwordsIn(conn) {
+	for _, pw := range redact.Passwords(conn) {
 		if strings.Contains(msg, pw) {
 			return "not a valid connection string"
 		}
 	}
 	return msg
 }
-
-// passwordsIn returns the candidate passwords of a connection string: the
-// URL's user info after its first colon, and every password= or
-// sslpassword= value of either syntax.
-func passwordsIn(conn string) []string {
-	var out []string
-	if rest, ok := strings.CutPrefix(conn, "postgres://"); ok || strings.HasPrefix(conn, "postgresql://") {
-		if !ok {
-			rest = strings.TrimPrefix(conn, "postgresql://")
-		}
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			if _, pw, found := strings.Cut(rest[:at], ":"); found && pw != "" {
-				out = append(out, pw)
-			}
-		}
-	}
-	for _, m := range passwordParam.FindAllStringSubmatch(conn, -1) {
-		if m[1] != "" {
-			out = append(out, strings.Trim(m[1], "'"))
-		}
-	}
-	return out
-}
-
-var passwordParam = regexp.MustCompile(`(?i)(?:^|[\s?&])(?:ssl)?password=('[^']*'|[^\s&]*)`)
 
 // readable reports the file of BILLING_<name> when it is set and cannot be
 // read, with its path: a missing mount shows up with every other problem,

@@ -21,6 +21,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/billing-consumer/billing-consumer/internal/redact"
 )
 
 // ScopeName is the instrumentation scope of the service's own spans.
@@ -98,7 +100,7 @@ func Setup(ctx context.Context, getenv func(string) string, logger *slog.Logger,
 		sdktrace.WithBatcher(&loggingExporter{SpanExporter: exp, logger: logger}),
 		sdktrace.WithResource(res),
 	)
-	logger.Info("tracing enabled, exporting spans over OTLP/HTTP", "endpoint", redact(endpoint))
+	logger.Info("tracing enabled, exporting spans over OTLP/HTTP", "endpoint", redact.String(endpoint))
 	return tp, tp.Shutdown, nil
 }
 
@@ -142,15 +144,6 @@ func checkProtocol(getenv func(string) string) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %q is not supported, only http/protobuf or http/json (OTLP over HTTP, port 4318)", name, p)
-}
-
-// redact drops credentials from an endpoint before it is logged.
-func redact(endpoint string) string {
-	u, err := url.Parse(endpoint)
-	if err != nil {
-		return ""
-	}
-	return u.Redacted()
 }
 
 // loggingExporter logs failed exports to logger instead of leaving them to
