@@ -70,14 +70,9 @@ func (c config) validate(n need) []string {
 	if c.CompleterInterval < 100*time.Millisecond {
 		v("COMPLETER_INTERVAL", "must be at least 100ms, got %s", c.CompleterInterval)
 	}
-	if c.CompleterAfter <= 0 {
-		v("COMPLETER_AFTER", "must be positive, got %s", c.CompleterAfter)
-	}
+	report(v, "completer", completer(c, nil, nil, nil, "", "", nil).Validate())
 	if c.ProviderMaxProcessing <= 0 {
 		v("PROVIDER_MAX_PROCESSING", "must be positive, got %s", c.ProviderMaxProcessing)
-	}
-	if c.ClaimBlockAfter <= c.CompleterAfter {
-		v("CLAIM_BLOCK_AFTER", "must exceed BILLING_COMPLETER_AFTER (%s), got %s", c.CompleterAfter, c.ClaimBlockAfter)
 	}
 	if c.StartupBackoffMax < time.Second || c.StartupBackoffMax > 10*time.Minute {
 		v("STARTUP_BACKOFF_MAX", "must be between 1s and 10m, got %s", c.StartupBackoffMax)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/billing-consumer/billing-consumer/internal/field"
 	"github.com/billing-consumer/billing-consumer/internal/money"
 	"github.com/billing-consumer/billing-consumer/internal/pglock"
 )
@@ -174,12 +175,27 @@ FROM charge WHERE status <> 'charged'`
 WHERE status = 'blocked' ORDER BY claimed_at LIMIT 100`
 )
 
+// Validate returns nil when the completer's ages are usable, or the
+// errors.Join of a *field.Error for each field that is not: After must be
+// positive, and BlockAfter above it (a claim is settled here before it
+// may be blocked). RunOnce checks it first.
+func (c *Completer) Validate() error {
+	var errs []error
+	if c.After <= 0 {
+		errs = append(errs, field.Errorf("After", "must be positive, got %s", c.After))
+	}
+	if c.BlockAfter <= c.After {
+		errs = append(errs, field.Errorf("BlockAfter", "must exceed %s (%s), got %s", field.Ref("After"), c.After, c.BlockAfter))
+	}
+	return errors.Join(errs...)
+}
+
 // RunOnce makes one pass. Its error is a failure of the pass itself (the
 // database, or a systemic answer of the provider); claims it could not
 // settle are reported, not errors.
 func (c *Completer) RunOnce(ctx context.Context, opt PassOptions) (PassReport, error) {
-	if c.After <= 0 || c.BlockAfter <= c.After {
-		return PassReport{}, fmt.Errorf("completer: after %v must be positive and below block-after %v", c.After, c.BlockAfter)
+	if err := c.Validate(); err != nil {
+		return PassReport{}, fmt.Errorf("completer: %w", err)
 	}
 	conn, err := c.Pool.Acquire(ctx)
 	if err != nil {
