@@ -174,13 +174,11 @@ func (s *service) newBilling(id string, dlqWriter *dlq.Writer, tracer trace.Trac
 		s.onClose(batcher.Close) // after the consumer has drained
 		biller = batcher
 	}
-	if s.handler, err = pipeline.New(pipeline.Config{
-		Biller: biller, DLQ: dlqWriter, Decisions: svc, Metrics: s.m, Logger: s.logger, Now: time.Now,
-		MaxAttempts: cfg.MaxAttempts, OutageThreshold: cfg.OutageThreshold,
-		RetryBudget: cfg.RetryBudget, OutageAfter: cfg.OutageAfter, ParkAfter: cfg.ParkAfter, Parker: svc, Deferrer: svc,
-		BackoffBase: cfg.RetryBackoff, BackoffMax: cfg.RetryBackoffMax,
-		Tracer: tracer, Propagator: propagator, Gate: s.pause.Gate,
-	}); err != nil {
+	pcfg := cfg.pipelineConfig()
+	pcfg.Biller, pcfg.DLQ, pcfg.Decisions, pcfg.Parker, pcfg.Deferrer = biller, dlqWriter, svc, svc, svc
+	pcfg.Metrics, pcfg.Logger, pcfg.Now = s.m, s.logger, time.Now
+	pcfg.Tracer, pcfg.Propagator, pcfg.Gate = tracer, propagator, s.pause.Gate
+	if s.handler, err = pipeline.New(pcfg); err != nil {
 		return err
 	}
 	if s.consumer, err = consumer.New(consumer.Config{
@@ -196,6 +194,15 @@ func (s *service) newBilling(id string, dlqWriter *dlq.Writer, tracer trace.Trac
 		return err
 	}
 	return nil
+}
+
+// pipelineConfig is the pipeline's configuration from the environment:
+// its retry settings, which validate checks (pipeline.Config.Validate)
+// and newBilling completes with the pipeline's dependencies.
+func (c config) pipelineConfig() pipeline.Config {
+	return pipeline.Config{MaxAttempts: c.MaxAttempts, OutageThreshold: c.OutageThreshold,
+		RetryBudget: c.RetryBudget, OutageAfter: c.OutageAfter, ParkAfter: c.ParkAfter,
+		BackoffBase: c.RetryBackoff, BackoffMax: c.RetryBackoffMax}
 }
 
 // listen opens the listeners of the ops endpoints and, when configured,

@@ -24,10 +24,12 @@ import (
 // is wrong.
 func (c config) validate(n need) []string {
 	var errs []string
+	told := map[string]bool{} // the variables with a problem
 	v := func(name, format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
 		if name != "" {
 			msg = fmt.Sprintf("%s_%s: %s", envPrefix, name, msg)
+			told[name] = true
 		}
 		errs = append(errs, msg)
 	}
@@ -70,7 +72,7 @@ func (c config) validate(n need) []string {
 	if c.CompleterInterval < 100*time.Millisecond {
 		v("COMPLETER_INTERVAL", "must be at least 100ms, got %s", c.CompleterInterval)
 	}
-	report(v, "completer", completer(c, nil, nil, nil, "", "", nil).Validate())
+	report(v, told, "completer", completer(c, nil, nil, nil, "", "", nil).Validate())
 	if c.ProviderMaxProcessing <= 0 {
 		v("PROVIDER_MAX_PROCESSING", "must be positive, got %s", c.ProviderMaxProcessing)
 	}
@@ -88,6 +90,7 @@ func (c config) validate(n need) []string {
 	}
 	if n.payment {
 		c.validatePayment(v)
+		report(v, told, "pipeline", c.pipelineConfig().Validate())
 	}
 	if n.consume {
 		c.validateBudget(v)
@@ -166,12 +169,6 @@ func (c config) validatePayment(v problem) {
 	}
 	if c.OutageThreshold < 0 || c.OutageThreshold > 10000 {
 		v("OUTAGE_THRESHOLD", "must be between 0 and 10000, got %d", c.OutageThreshold)
-	}
-	if c.RetryBackoff <= 0 {
-		v("RETRY_BACKOFF", "must be positive, got %s", c.RetryBackoff)
-	}
-	if c.RetryBackoff > 0 && c.RetryBackoffMax < c.RetryBackoff {
-		v("RETRY_BACKOFF_MAX", "must be at least BILLING_RETRY_BACKOFF (%s), got %s", c.RetryBackoff, c.RetryBackoffMax)
 	}
 	if c.PaymentCAFile != "" && (u == nil || u.Scheme != "https") {
 		v("PAYMENT_CA_FILE", "set, but BILLING_PAYMENT_URL is not https")

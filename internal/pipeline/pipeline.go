@@ -46,6 +46,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/field"
 	"github.com/billing-consumer/billing-consumer/internal/metrics"
 	"github.com/billing-consumer/billing-consumer/internal/policy"
 	"github.com/billing-consumer/billing-consumer/internal/tracing"
@@ -154,16 +155,11 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Biller == nil || cfg.DLQ == nil || cfg.Decisions == nil || cfg.Metrics == nil || cfg.Logger == nil || cfg.Now == nil {
 		return nil, errors.New("pipeline: biller, dlq, decisions, metrics, logger and clock are required")
 	}
-	pol := policy.Config{MaxAttempts: cfg.MaxAttempts, RetryBudget: cfg.RetryBudget, ParkAfter: cfg.ParkAfter}
-	if err := pol.Validate(); err != nil {
-		return nil, fmt.Errorf("pipeline: invalid failure policy: %w", err)
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	if cfg.ParkAfter > 0 && (cfg.Parker == nil || cfg.Deferrer == nil) {
 		return nil, fmt.Errorf("pipeline: parking after %v needs a parker and a deferrer", cfg.ParkAfter)
-	}
-	if cfg.OutageAfter < 0 || cfg.OutageThreshold < 0 || cfg.BackoffBase <= 0 || cfg.BackoffMax < cfg.BackoffBase {
-		return nil, fmt.Errorf("pipeline: invalid retry timing: outage after %d events or %v, backoff %v..%v",
-			cfg.OutageThreshold, cfg.OutageAfter, cfg.BackoffBase, cfg.BackoffMax)
 	}
 	if cfg.Tracer == nil {
 		cfg.Tracer = noop.NewTracerProvider().Tracer(tracing.ScopeName)
@@ -171,7 +167,40 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Propagator == nil {
 		cfg.Propagator = tracing.Propagator()
 	}
+	pol := policy.Config{MaxAttempts: cfg.MaxAttempts, RetryBudget: cfg.RetryBudget, ParkAfter: cfg.ParkAfter}
 	return &Handler{cfg: cfg, policy: pol, streak: streak{failing: map[uuid.UUID]struct{}{}}}, nil
+}
+
+// Validate returns nil when the retry settings of cfg are usable, or the
+// errors.Join of a *field.Error for each field that is not: those of the
+// failure policy (policy.Config.Validate: MaxAttempts, RetryBudget,
+// ParkAfter), the outage detection (OutageAfter and OutageThreshold, zero
+// or more) and the backoff (BackoffBase positive, BackoffMax at least
+// BackoffBase). New checks it; the dependencies it checks itself.
+func (cfg Config) Validate() error {
+	var errs []error
+	pol := policy.Config{MaxAttempts: cfg.MaxAttempts, RetryBudget: cfg.RetryBudget, ParkAfter: cfg.ParkAfter}
+	if err, ok := pol.Validate().(interface{ Unwrap() []error }); ok {
+		for _, e := range err.Unwrap() {
+			var pe *policy.Error
+			if errors.As(e, &pe) {
+				e = field.Errorf(pe.Field, "%v", pe.Err)
+			}
+			errs = append(errs, e)
+		}
+	}
+	if cfg.OutageThreshold < 0 {
+		errs = append(errs, field.Errorf("OutageThreshold", "must be 0 (off) or more, got %d", cfg.OutageThreshold))
+	}
+	if cfg.OutageAfter < 0 {
+		errs = append(errs, field.Errorf("OutageAfter", "must be 0s (off) or more, got %s", cfg.OutageAfter))
+	}
+	if cfg.BackoffBase <= 0 {
+		errs = append(errs, field.Errorf("BackoffBase", "must be positive, got %s", cfg.BackoffBase))
+	} else if cfg.BackoffMax < cfg.BackoffBase {
+		errs = append(errs, field.Errorf("BackoffMax", "must be at least %s (%s), got %s", field.Ref("BackoffBase"), cfg.BackoffBase, cfg.BackoffMax))
+	}
+	return errors.Join(errs...)
 }
 
 // Stalled reports whether some event is waiting out a systemic failure

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/field"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
@@ -631,5 +633,25 @@ func TestNewRejectsIncompleteConfig(t *testing.T) {
 	}
 	if _, err := New(valid()); err != nil {
 		t.Errorf("New(valid) = %v", err)
+	}
+}
+
+// Validate names each wrong field as the struct does, so that cmd can
+// report it under the variable that sets it.
+func TestValidateNamesTheFields(t *testing.T) {
+	cfg := Config{MaxAttempts: 0, RetryBudget: -time.Second, OutageThreshold: -1, OutageAfter: -time.Second,
+		BackoffBase: 2 * time.Second, BackoffMax: time.Second}
+	var got []string
+	for _, fe := range field.Errors(cfg.Validate()) {
+		got = append(got, fe.Error())
+	}
+	want := []string{"MaxAttempts: 0, want at least 1", "RetryBudget: -1s, want 0 or more",
+		"OutageThreshold: must be 0 (off) or more, got -1", "OutageAfter: must be 0s (off) or more, got -1s",
+		"BackoffMax: must be at least BackoffBase (2s), got 1s"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Validate() fields:\n got %q\nwant %q", got, want)
+	}
+	if err := (Config{MaxAttempts: 1, BackoffBase: time.Second, BackoffMax: time.Second}).Validate(); err != nil {
+		t.Errorf("Validate(valid) = %v", err)
 	}
 }
