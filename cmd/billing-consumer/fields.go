@@ -1,6 +1,8 @@
 package main
 
 import (
+	"slices"
+
 	"github.com/billing-consumer/billing-consumer/internal/field"
 )
 
@@ -17,6 +19,17 @@ var fieldVars = map[string]map[string]string{
 		"BackoffBase":     "RETRY_BACKOFF",
 		"BackoffMax":      "RETRY_BACKOFF_MAX",
 	},
+	"consumer": {
+		"Brokers":           "KAFKA_BROKERS",
+		"Topic":             "KAFKA_TOPIC",
+		"GroupID":           "KAFKA_GROUP_ID",
+		"MaxRecordBytes":    "KAFKA_MAX_RECORD_BYTES",
+		"MaxInFlightBytes":  "MAX_INFLIGHT_BYTES",
+		"SessionTimeout":    "KAFKA_SESSION_TIMEOUT",
+		"RebalanceTimeout":  "KAFKA_REBALANCE_TIMEOUT",
+		"HeartbeatInterval": "KAFKA_HEARTBEAT_INTERVAL",
+		"DrainTimeout":      "DRAIN_TIMEOUT",
+	},
 	"completer": {
 		"After":      "COMPLETER_AFTER",
 		"BlockAfter": "CLAIM_BLOCK_AFTER",
@@ -28,9 +41,11 @@ var fieldVars = map[string]map[string]string{
 // that variable is already told: where cmd holds a limit of its own on a
 // variable (BILLING_MAX_ATTEMPTS between 1 and 100), that limit is checked
 // first and the package's wider rule (MaxAttempts at least 1) adds
-// nothing. A field missing from the table is a bug of this file, reported
-// with its Go name rather than lost.
-func report(v problem, told map[string]bool, owner string, err error) {
+// nothing. With only, it reports the problems of those fields alone, so
+// that cmd can say them in the order of its own checks. A field missing
+// from the table is a bug of this file, reported with its Go name rather
+// than lost.
+func report(v problem, told map[string]bool, owner string, err error, only ...string) {
 	vars := fieldVars[owner]
 	name := func(f string) string {
 		if n, ok := vars[f]; ok {
@@ -39,6 +54,9 @@ func report(v problem, told map[string]bool, owner string, err error) {
 		return owner + "." + f
 	}
 	for _, fe := range field.Errors(err) {
+		if len(only) > 0 && !slices.Contains(only, fe.Field) {
+			continue
+		}
 		if n, ok := vars[fe.Field]; ok {
 			if !told[n] {
 				v(n, "%s", fe.Problem(name))

@@ -7,8 +7,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-
-	"github.com/billing-consumer/billing-consumer/internal/consumer"
 )
 
 // The in-flight budget (BILLING_MAX_INFLIGHT_BYTES, see consumer.Config)
@@ -72,9 +70,11 @@ func (c config) maxInflightBytes() int64 {
 }
 
 // validateBudget checks the in-flight budget against one maximal record
-// and against the memory limit: either failing would be a consumer that
-// cannot fetch, or one the GC or the kernel stops.
-func (c config) validateBudget(v problem) {
+// (the consumer's rule, consumer.Config.Validate) and against the memory
+// limit: either failing would be a consumer that cannot fetch, or one the
+// GC or the kernel stops. cmd's own limits on the record size (1 KiB to
+// 64 MiB) come first.
+func (c config) validateBudget(v problem, told map[string]bool) {
 	if c.KafkaMaxRecordBytes < 1024 || c.KafkaMaxRecordBytes > 64<<20 {
 		v("KAFKA_MAX_RECORD_BYTES", "must be between 1024 and 67108864 (64MiB), got %d", c.KafkaMaxRecordBytes)
 		return
@@ -83,18 +83,17 @@ func (c config) validateBudget(v problem) {
 		v("MAX_INFLIGHT_BYTES", "must be 0 (a thirty-second of the memory limit) or positive, got %d", c.MaxInflightBytes)
 		return
 	}
-	budget, record := c.maxInflightBytes(), int64(c.KafkaMaxRecordBytes)+consumer.RecordOverhead
-	what := fmt.Sprintf("%d", budget)
+	budget, what := c.maxInflightBytes(), ""
 	if c.MaxInflightBytes == 0 {
-		what = fmt.Sprintf("the default %d", budget)
+		what = "the default "
 	}
-	if budget < record {
-		v("MAX_INFLIGHT_BYTES", "%s cannot hold one maximal record: BILLING_KAFKA_MAX_RECORD_BYTES (%d) plus %d bytes of overhead",
-			what, c.KafkaMaxRecordBytes, consumer.RecordOverhead)
+	vb := func(name, format string, args ...any) { v(name, what+format, args...) } // "the default 8388608 cannot hold ..."
+	report(vb, told, "consumer", c.consumerConfig().Validate(), "MaxInFlightBytes")
+	if told["MAX_INFLIGHT_BYTES"] {
 		return
 	}
 	if limit, source, ok := memoryLimit(); ok && budget > limit/inflightMaxShare {
 		v("MAX_INFLIGHT_BYTES", "%s does not fit in the process's memory limit of %d bytes (%s): at most a quarter of it, %d",
-			what, limit, source, limit/inflightMaxShare)
+			what+fmt.Sprint(budget), limit, source, limit/inflightMaxShare)
 	}
 }

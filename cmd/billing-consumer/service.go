@@ -181,16 +181,10 @@ func (s *service) newBilling(id string, dlqWriter *dlq.Writer, tracer trace.Trac
 	if s.handler, err = pipeline.New(pcfg); err != nil {
 		return err
 	}
-	if s.consumer, err = consumer.New(consumer.Config{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, GroupID: cfg.KafkaGroupID, Dialer: s.kconns.Dialer,
-		Concurrency: cfg.Concurrency, MaxInFlightBytes: cfg.maxInflightBytes(), MaxRecordBytes: cfg.KafkaMaxRecordBytes,
-		CommitInterval: cfg.KafkaCommitInterval,
-		DrainTimeout:   cfg.DrainTimeout, SessionTimeout: cfg.KafkaSessionTimeout, RebalanceTimeout: cfg.KafkaRebalanceTimeout,
-		HeartbeatInterval: cfg.KafkaHeartbeatInterval,
-		Logger:            s.logger,
-		OnCommit:          s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now),
-		Gate:              s.pause.Gate, OnAssign: s.ctl.Owned,
-	}, s.handler.Handle); err != nil {
+	ccfg := cfg.consumerConfig()
+	ccfg.Dialer, ccfg.Logger, ccfg.Gate, ccfg.OnAssign = s.kconns.Dialer, s.logger, s.pause.Gate, s.ctl.Owned
+	ccfg.OnCommit = s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now)
+	if s.consumer, err = consumer.New(ccfg, s.handler.Handle); err != nil {
 		return err
 	}
 	return nil
@@ -203,6 +197,16 @@ func (c config) pipelineConfig() pipeline.Config {
 	return pipeline.Config{MaxAttempts: c.MaxAttempts, OutageThreshold: c.OutageThreshold,
 		RetryBudget: c.RetryBudget, OutageAfter: c.OutageAfter, ParkAfter: c.ParkAfter,
 		BackoffBase: c.RetryBackoff, BackoffMax: c.RetryBackoffMax}
+}
+
+// consumerConfig is the consumer's configuration from the environment,
+// which validate checks (consumer.Config.Validate) and newBilling
+// completes with the consumer's dependencies.
+func (c config) consumerConfig() consumer.Config {
+	return consumer.Config{Brokers: c.KafkaBrokers, Topic: c.KafkaTopic, GroupID: c.KafkaGroupID,
+		Concurrency: c.Concurrency, MaxInFlightBytes: c.maxInflightBytes(), MaxRecordBytes: c.KafkaMaxRecordBytes,
+		CommitInterval: c.KafkaCommitInterval, DrainTimeout: c.DrainTimeout, SessionTimeout: c.KafkaSessionTimeout,
+		RebalanceTimeout: c.KafkaRebalanceTimeout, HeartbeatInterval: c.KafkaHeartbeatInterval}
 }
 
 // listen opens the listeners of the ops endpoints and, when configured,

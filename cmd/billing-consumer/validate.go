@@ -85,7 +85,7 @@ func (c config) validate(n need) []string {
 		}
 	}
 	if n.kafka {
-		c.validateKafka(v)
+		c.validateKafka(v, told)
 		c.validateDLQ(v)
 	}
 	if n.payment {
@@ -93,7 +93,7 @@ func (c config) validate(n need) []string {
 		report(v, told, "pipeline", c.pipelineConfig().Validate())
 	}
 	if n.consume {
-		c.validateBudget(v)
+		c.validateBudget(v, told)
 	}
 	return errs
 }
@@ -102,10 +102,12 @@ func (c config) validate(n need) []string {
 // name means the message names its variables itself.
 type problem func(name, format string, args ...any)
 
-func (c config) validateKafka(v problem) {
-	if len(c.KafkaBrokers) == 0 {
-		v("KAFKA_BROKERS", "required")
-	}
+// validateKafka checks the Kafka settings: cmd's own rules first (the
+// brokers' host:port, the topic names, the session timeout of at least
+// 1s), then the consumer's (consumer.Config.Validate: the brokers, topic
+// and group required, the heartbeat and the drain against the session
+// and rebalance timeouts), then the shutdown and the watchers' intervals.
+func (c config) validateKafka(v problem, told map[string]bool) {
 	for _, b := range c.KafkaBrokers {
 		host, port, err := net.SplitHostPort(b)
 		if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
@@ -122,25 +124,13 @@ func (c config) validateKafka(v problem) {
 	if c.KafkaTopic == c.KafkaDLQTopic && c.KafkaTopic != "" {
 		v("KAFKA_DLQ_TOPIC", "must differ from BILLING_KAFKA_TOPIC")
 	}
-	if c.KafkaGroupID == "" {
-		v("KAFKA_GROUP_ID", "required")
-	}
 	if c.KafkaCommitInterval < 0 || c.KafkaCommitInterval > time.Minute {
 		v("KAFKA_COMMIT_INTERVAL", "must be between 0s and 1m, got %s", c.KafkaCommitInterval)
 	}
 	if c.KafkaSessionTimeout < time.Second {
 		v("KAFKA_SESSION_TIMEOUT", "must be at least 1s (brokers also enforce group.min.session.timeout.ms, 6s by default), got %s", c.KafkaSessionTimeout)
 	}
-	// Three heartbeats per session at least, as Kafka's clients advise: one
-	// late heartbeat must not cost a rebalance.
-	if c.KafkaHeartbeatInterval <= 0 || 3*c.KafkaHeartbeatInterval >= c.KafkaSessionTimeout {
-		v("KAFKA_HEARTBEAT_INTERVAL", "must be positive and below a third of BILLING_KAFKA_SESSION_TIMEOUT (%s), got %s",
-			c.KafkaSessionTimeout, c.KafkaHeartbeatInterval)
-	}
-	if c.DrainTimeout <= 0 || c.DrainTimeout >= c.KafkaRebalanceTimeout || c.DrainTimeout >= c.KafkaSessionTimeout {
-		v("DRAIN_TIMEOUT", "must be positive and below BILLING_KAFKA_SESSION_TIMEOUT (%s) and BILLING_KAFKA_REBALANCE_TIMEOUT (%s), got %s",
-			c.KafkaSessionTimeout, c.KafkaRebalanceTimeout, c.DrainTimeout)
-	}
+	report(v, told, "consumer", c.consumerConfig().Validate(), "Brokers", "Topic", "GroupID", "HeartbeatInterval", "DrainTimeout")
 	if c.ShutdownTimeout <= c.DrainTimeout {
 		v("SHUTDOWN_TIMEOUT", "must exceed BILLING_DRAIN_TIMEOUT (%s), got %s", c.DrainTimeout, c.ShutdownTimeout)
 	}

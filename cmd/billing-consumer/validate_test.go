@@ -62,3 +62,36 @@ func TestPackageRulesKeepTheirMessages(t *testing.T) {
 		}
 	}
 }
+
+// The in-flight budget's rule (one maximal record fits, consumer's) keeps
+// its message too, "the default" included when the variable is unset;
+// these run with consume, as `run` does.
+func TestBudgetRulesKeepTheirMessages(t *testing.T) {
+	const mib = 1 << 20
+	tests := []struct {
+		limit int64
+		env   map[string]string
+		want  string
+	}{
+		{230 * mib, map[string]string{"BILLING_MAX_INFLIGHT_BYTES": "1048576"}, "BILLING_MAX_INFLIGHT_BYTES: 1048576 cannot hold one maximal record: BILLING_KAFKA_MAX_RECORD_BYTES (1048576) plus 512 bytes of overhead"},
+		{8 * mib, map[string]string{}, "BILLING_MAX_INFLIGHT_BYTES: the default 262144 cannot hold one maximal record: BILLING_KAFKA_MAX_RECORD_BYTES (1048576) plus 512 bytes of overhead"},
+		{230 * mib, map[string]string{"BILLING_MAX_INFLIGHT_BYTES": "104857600"}, "BILLING_MAX_INFLIGHT_BYTES: 104857600 does not fit in the process's memory limit of 241172480 bytes (GOMEMLIMIT): at most a quarter of it, 60293120"},
+		{230 * mib, map[string]string{"BILLING_KAFKA_MAX_RECORD_BYTES": "100"}, "BILLING_KAFKA_MAX_RECORD_BYTES: must be between 1024 and 67108864 (64MiB), got 100"},
+	}
+	for _, tt := range tests {
+		withMemoryLimit(t, tt.limit)
+		setEnv(t, validEnv, tt.env)
+		_, err := configFor(need{kafka: true, payment: true, consume: true})
+		got := "<nil>"
+		if err != nil {
+			got = err.Error()
+		}
+		if os.Getenv("BILLING_TEST_PRINT_GOLDEN") != "" {
+			fmt.Printf("\t\t{%d * mib, %#v, %q},\n", tt.limit/mib, tt.env, got)
+			continue
+		}
+		if got != tt.want {
+			t.Errorf("limit %d, env %v:\n got %q\nwant %q", tt.limit, tt.env, got, tt.want)
+		}
+	}
+}

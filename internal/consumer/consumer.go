@@ -28,7 +28,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -49,78 +48,6 @@ import (
 // one after the other, in offset order.
 type Handler func(ctx context.Context, msg kafka.Message) error
 
-// Config configures a Consumer. Brokers, Topic, GroupID and Logger are
-// required.
-type Config struct {
-	Brokers []string
-	Topic   string
-	GroupID string
-	Dialer  *kafka.Dialer // nil: kafka.DefaultDialer
-
-	// Concurrency is the number of workers that run the handlers, and so
-	// caps the handlers running at once across all partitions of this
-	// consumer. Messages with the same key always run one at a time, in
-	// offset order. 1 is the sequential baseline.
-	Concurrency int
-	// MaxInFlightBytes bounds what all partitions together hold between
-	// fetch and commit: each record costs its key, value and headers plus
-	// RecordOverhead while it is not done, and 64 bytes from then until it
-	// is committable. A partition whose next record does not fit stops
-	// fetching until records complete; each partition has a reserved
-	// share, so none starves. Zero: 8 MiB. It must hold one maximal
-	// record (MaxRecordBytes plus RecordOverhead).
-	MaxInFlightBytes int64
-	// CommitInterval batches offset commits: one request for every
-	// partition with progress, per interval. Zero commits after every
-	// completed message: with Concurrency 1, the sequential baseline.
-	CommitInterval time.Duration
-	// DrainTimeout is how long an in-flight message may still run after a
-	// rebalance or shutdown began; then its context is cancelled and it is
-	// abandoned. During a rebalance kafka-go stops heartbeating, so the
-	// drain and the final commit must fit in SessionTimeout (and in
-	// RebalanceTimeout); New rejects a DrainTimeout that does not.
-	DrainTimeout time.Duration
-	// CommitTimeout bounds one offset commit, so a hung broker cannot hold
-	// up a shutdown.
-	CommitTimeout time.Duration
-
-	// SessionTimeout is how long the coordinator waits for a heartbeat
-	// before it evicts a member: a crashed member's partitions stand still
-	// that long. RebalanceTimeout is how long it waits for the live members
-	// to rejoin in a rebalance (kafka-go abandons a JoinGroup after it plus
-	// 5s). HeartbeatInterval must be below a third of SessionTimeout.
-	SessionTimeout    time.Duration // zero: kafka-go's default (30s)
-	RebalanceTimeout  time.Duration // zero: kafka-go's default (30s)
-	HeartbeatInterval time.Duration // zero: kafka-go's default (3s)
-	// MaxRecordBytes is the largest record expected, and the most one
-	// fetch of a partition asks for (Kafka still returns a larger record,
-	// alone; the budget counts it as a maximal one). Zero: 1 MiB, Kafka's
-	// default largest record.
-	MaxRecordBytes int
-	// PartitionWatchInterval is how often the topic's partition count is
-	// re-read: partitions added while the consumer runs are rebalanced
-	// onto the group within about this interval plus one rebalance (see
-	// kafkagroup.GroupConfig.WatchPartitions). Zero: 5s; negative: off.
-	PartitionWatchInterval time.Duration
-
-	Logger *slog.Logger
-	// Gate, when set, pauses fetching: it returns a channel that is closed
-	// while the consumer may fetch (see internal/pause). While it is open
-	// the partitions fetch nothing and start no record, but stay assigned,
-	// and finish and commit the records already running. (kafka-go's
-	// reader may still prefetch into its bounded queue.)
-	Gate func() <-chan struct{}
-	// OnAssign, when set, is told the partitions this consumer owns: those
-	// of each generation when it starts, nil when it has ended (after the
-	// final commit).
-	OnAssign func(partitions []int)
-	// OnCommit, when set, is called after each successful commit request,
-	// once for each partition it carried, with the committed offset and
-	// the timings of the messages it newly covers. Calls for different
-	// partitions may come from different goroutines, never at once.
-	OnCommit func(partition int, offset int64, covered []Timing)
-}
-
 // Consumer is a consumer group member. Run it once.
 type Consumer struct {
 	cfg    Config
@@ -132,75 +59,18 @@ type Consumer struct {
 	pool   *elastic.Pool[job] // the workers that run the handlers; see startWorkers
 }
 
-// New validates cfg and returns a Consumer that calls handle for each
-// message.
+// New fills in the defaults of cfg's zero fields, validates it (see
+// Validate) and returns a Consumer that calls handle for each message.
 func New(cfg Config, handle Handler) (*Consumer, error) {
-	switch {
-	case len(cfg.Brokers) == 0:
-		return nil, errors.New("consumer: no brokers")
-	case cfg.Topic == "":
-		return nil, errors.New("consumer: no topic")
-	case cfg.GroupID == "":
-		return nil, errors.New("consumer: no group id")
-	case cfg.Logger == nil:
+	if cfg.Logger == nil {
 		return nil, errors.New("consumer: no logger")
 	}
-	if cfg.Dialer == nil {
-		cfg.Dialer = kafka.DefaultDialer
-	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = 10 * time.Second
-	}
-	if cfg.CommitTimeout <= 0 {
-		cfg.CommitTimeout = 10 * time.Second
-	}
-	if cfg.MaxRecordBytes <= 0 {
-		cfg.MaxRecordBytes = 1 << 20
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 1
-	}
-	if cfg.MaxInFlightBytes <= 0 {
-		cfg.MaxInFlightBytes = 8 << 20
-	}
-	if cfg.MaxRecordBytes > maxRecordLimit {
-		return nil, fmt.Errorf("consumer: max record bytes %d above %d", cfg.MaxRecordBytes, maxRecordLimit)
-	}
-	if cfg.MaxInFlightBytes < cfg.maxCost() {
-		return nil, fmt.Errorf("consumer: max in-flight bytes %d cannot hold one maximal record (%d bytes plus %d overhead)",
-			cfg.MaxInFlightBytes, cfg.MaxRecordBytes, RecordOverhead)
-	}
-	if cfg.PartitionWatchInterval == 0 {
-		cfg.PartitionWatchInterval = 5 * time.Second
-	}
-	session, rebalance := cfg.SessionTimeout, cfg.RebalanceTimeout
-	if session == 0 {
-		session = 30 * time.Second // kafka-go's default
-	}
-	if rebalance == 0 {
-		rebalance = 30 * time.Second
-	}
-	if cfg.DrainTimeout >= session || cfg.DrainTimeout >= rebalance {
-		return nil, fmt.Errorf("consumer: drain timeout %v must be below the session timeout %v and the rebalance timeout %v",
-			cfg.DrainTimeout, session, rebalance)
-	}
-	heartbeat := cfg.HeartbeatInterval
-	if heartbeat == 0 {
-		heartbeat = 3 * time.Second // kafka-go's default
-	}
-	if heartbeat < 0 || 3*heartbeat >= session {
-		return nil, fmt.Errorf("consumer: heartbeat interval %v must be positive and below a third of the session timeout %v",
-			heartbeat, session)
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	return &Consumer{cfg: cfg, handle: handle}, nil
 }
-
-// maxRecordLimit is the largest MaxRecordBytes: Kafka's own limits are far
-// below it, and a record's cost must fit the offsets entry's int32.
-const maxRecordLimit = 1 << 30
-
-// maxCost is what a maximal record costs in the budget.
-func (cfg Config) maxCost() int64 { return int64(cfg.MaxRecordBytes) + RecordOverhead }
 
 // Joined reports whether the consumer is currently a member of a group
 // generation (for /readyz).

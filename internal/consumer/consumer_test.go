@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/billing-consumer/billing-consumer/internal/field"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 	"github.com/segmentio/kafka-go"
 )
@@ -309,5 +311,28 @@ func TestCommitIntervalCommitsIdlePartition(t *testing.T) {
 	})
 	if err := r.stop(t); err != nil {
 		t.Fatalf("Run = %v", err)
+	}
+}
+
+// Validate names each wrong field as the struct does, so that cmd can
+// report it under the variable that sets it, and checks the fields as
+// given: a zero that New would default is refused.
+func TestValidateNamesTheFields(t *testing.T) {
+	cfg := Config{Topic: "t", MaxRecordBytes: 1 << 20, MaxInFlightBytes: 1 << 10,
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 12 * time.Second, HeartbeatInterval: 2 * time.Second}
+	var got []string
+	for _, fe := range field.Errors(cfg.Validate()) {
+		got = append(got, fe.Error())
+	}
+	want := []string{"Brokers: required", "GroupID: required",
+		fmt.Sprintf("MaxInFlightBytes: 1024 cannot hold one maximal record: MaxRecordBytes (1048576) plus %d bytes of overhead", RecordOverhead),
+		"HeartbeatInterval: must be positive and below a third of SessionTimeout (6s), got 2s",
+		"DrainTimeout: must be positive and below SessionTimeout (6s) and RebalanceTimeout (12s), got 0s"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Validate() fields:\n got %q\nwant %q", got, want)
+	}
+	valid := Config{Brokers: []string{"b:1"}, Topic: "t", GroupID: "g"}.withDefaults()
+	if err := valid.Validate(); err != nil {
+		t.Errorf("Validate(defaults) = %v", err)
 	}
 }
