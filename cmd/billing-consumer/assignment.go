@@ -11,7 +11,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
-	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
 // groupView is what the group's coordinator said, in one DescribeGroups
@@ -72,7 +71,8 @@ func needsRejoin(prev, v *groupView) bool {
 	return prev != nil && stranded(prev) && stranded(v) && prev.gen == v.gen
 }
 
-// groupWatcher asks the brokers, every interval, how the group has
+// groupWatcher asks the brokers, every BILLING_KAFKA_LAG_INTERVAL (its
+// loop, runOnce), how the group has
 // assigned the topic (consumer.AssignmentOf: Metadata and DescribeGroups,
 // the broker's view, right whatever this instance owns), and
 //   - exports billing_kafka_partitions_unowned and
@@ -103,6 +103,13 @@ type groupWatcher struct {
 
 	last atomic.Pointer[groupView]
 	lags atomic.Pointer[map[int]int64]
+
+	// What runOnce remembers between passes (the loop's goroutine only):
+	// the idle verdict and the lagging partitions last logged, the
+	// previous reading, and the time of the last rejoin.
+	verdict, lagging string
+	prev             *groupView
+	rejoined         time.Time
 }
 
 // observeLag keeps the partitions' lag of a successful lag query, for the
@@ -120,46 +127,42 @@ func (w *groupWatcher) observeLag(lags []consumer.PartitionLag, err error) {
 	w.lags.Store(&m)
 }
 
-func (w *groupWatcher) run(ctx context.Context, interval time.Duration) {
-	verdict, lagging := "", ""
-	var prev *groupView
-	var rejoined time.Time
-	kafkagroup.Every(ctx, interval, func(qctx context.Context) {
-		a, err := consumer.AssignmentOf(qctx, w.client, w.topic, w.group)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.logger.Warn("cannot read the group's assignment from the brokers", "group", w.group, "err", err)
-			}
-			return
+// runOnce is the group assignment loop's pass: one reading, exported,
+// kept, logged on change, and a rejoin when it is due. Its error is the
+// reading's, which the loop logs. One goroutine at a time.
+func (w *groupWatcher) runOnce(ctx context.Context) error {
+	a, err := consumer.AssignmentOf(ctx, w.client, w.topic, w.group)
+	if err != nil {
+		return err
+	}
+	v := &groupView{gen: -1, GroupAssignment: a}
+	if g, member := w.consumer.Generation(); member {
+		v.gen, v.partitions = g.ID, g.Partitions
+	}
+	if m := w.lags.Load(); m != nil {
+		v.lag = *m
+	}
+	w.last.Store(v)
+	ids, _, total := v.lagging()
+	w.report(len(a.Unassigned), total)
+	if now := fmt.Sprint(ids); now != w.lagging {
+		w.lagging = now
+		if len(ids) > 0 {
+			w.logger.Warn("partitions with lag are owned by no member of the group", "group", w.group,
+				"state", a.State, "partitions", ids, "lag", total)
+		} else {
+			w.logger.Info("every partition with lag is owned by a member of the group", "group", w.group, "state", a.State)
 		}
-		v := &groupView{gen: -1, GroupAssignment: a}
-		if g, member := w.consumer.Generation(); member {
-			v.gen, v.partitions = g.ID, g.Partitions
-		}
-		if m := w.lags.Load(); m != nil {
-			v.lag = *m
-		}
-		w.last.Store(v)
-		ids, _, total := v.lagging()
-		w.report(len(a.Unassigned), total)
-		if now := fmt.Sprint(ids); now != lagging {
-			lagging = now
-			if len(ids) > 0 {
-				w.logger.Warn("partitions with lag are owned by no member of the group", "group", w.group,
-					"state", a.State, "partitions", ids, "lag", total)
-			} else {
-				w.logger.Info("every partition with lag is owned by a member of the group", "group", w.group, "state", a.State)
-			}
-		}
-		verdict = w.logIdle(v, verdict)
-		if needsRejoin(prev, v) && time.Since(rejoined) >= rejoinEvery {
-			rejoined = time.Now()
-			w.logger.Warn("the group is stable but leaves partitions to nobody: rejoining, so that the leader assigns them",
-				"group", w.group, "generation", v.gen, "unassigned", v.Unassigned)
-			w.consumer.Rejoin()
-		}
-		prev = v
-	})
+	}
+	w.verdict = w.logIdle(v, w.verdict)
+	if needsRejoin(w.prev, v) && time.Since(w.rejoined) >= rejoinEvery {
+		w.rejoined = time.Now()
+		w.logger.Warn("the group is stable but leaves partitions to nobody: rejoining, so that the leader assigns them",
+			"group", w.group, "generation", v.gen, "unassigned", v.Unassigned)
+		w.consumer.Rejoin()
+	}
+	w.prev = v
+	return nil
 }
 
 // logIdle logs a change of the verdict on an instance owning no

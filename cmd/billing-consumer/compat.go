@@ -5,11 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/db/migrations"
+	"github.com/billing-consumer/billing-consumer/internal/loop"
 )
 
 // schemaGuard keeps this replica from billing on a schema it does not
@@ -46,38 +48,26 @@ func replicaID() string {
 // the replica is registered; the error says what to do otherwise.
 func (g *schemaGuard) check(ctx context.Context) error { return g.register(ctx) }
 
-// run refreshes the registration every interval until ctx ends or the
-// schema no longer accepts this binary, and deregisters at the end.
-func (g *schemaGuard) run(ctx context.Context, interval time.Duration, warn func(msg string, args ...any)) {
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		if err := g.deregister(dctx); err != nil {
-			warn("could not deregister this replica; its row goes stale in a minute", "err", err)
-		}
-	}()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	failing := ""
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		qctx, cancel := context.WithTimeout(ctx, interval)
-		err := g.register(qctx)
-		cancel()
-		var inc *migrations.IncompatibleError
-		switch {
-		case errors.As(err, &inc):
-			g.once.Do(func() { g.refuse(inc.Error()) })
-			return
-		case err != nil && ctx.Err() == nil && err.Error() != failing:
-			failing = err.Error()
-			warn("schema check and replica heartbeat failed, retrying", "err", err)
-		case err == nil:
-			failing = ""
-		}
+// runOnce is the schema guard loop's pass: check the schema and refresh
+// the registration. When the schema no longer accepts this binary it
+// refuses (once) and ends the loop (loop.ErrStop); any other error is the
+// pass's, logged by the loop when it changes.
+func (g *schemaGuard) runOnce(ctx context.Context) error {
+	err := g.register(ctx)
+	var inc *migrations.IncompatibleError
+	if errors.As(err, &inc) {
+		g.once.Do(func() { g.refuse(inc.Error()) })
+		return fmt.Errorf("%w: %w", loop.ErrStop, err)
+	}
+	return err
+}
+
+// done deregisters the replica as the guard's loop ends (the service
+// stops, or the schema refused it), bounded; warn logs a failure.
+func (g *schemaGuard) done(ctx context.Context, warn func(msg string, args ...any)) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := g.deregister(dctx); err != nil {
+		warn("could not deregister this replica; its row goes stale in a minute", "err", err)
 	}
 }

@@ -93,7 +93,7 @@ func pauseOn(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, stdou
 // pauseWatcher is the running service's view of the pause, feeding the
 // billing_paused gauges.
 func pauseWatcher(s *service) *pause.Watcher {
-	return &pause.Watcher{Pool: s.pool, Group: s.cfg.KafkaGroupID, Interval: pauseInterval, Logger: s.logger,
+	return &pause.Watcher{Pool: s.pool, Group: s.cfg.KafkaGroupID, Logger: s.logger,
 		OnState: func(st pause.State) { pausedGauges(s.ctl, st) }}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -14,8 +15,8 @@ import (
 	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
+	"github.com/billing-consumer/billing-consumer/internal/loop"
 )
 
 // serve is `billing-consumer run`: read and check the configuration, build
@@ -44,41 +45,48 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return s.Run(ctx)
 }
 
-// loop is a background loop Run owns: it runs until its context ends. A
-// loop that bills (sends charges) also ends when the schema guard refuses
-// the schema (service.refuse), as the consumer does.
-type loop struct {
-	name  string
-	bills bool
-	run   func(context.Context)
-}
-
 // loops are the background loops Run starts once the service is ready,
 // before it joins the consumer group, and stops after the consumer has
-// drained.
-func (s *service) loops() []loop {
+// drained: the one list of them, each a pass of its package run by
+// loop.Loop. Those that bill (send charges) run on the billing context,
+// which ends when the schema guard refuses the schema (service.refuse);
+// each of their sends asks the pause itself (see loop.Loop.Bills).
+func (s *service) loops() []loop.Loop {
 	cfg := s.cfg
 	client := &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second}
-	return []loop{
-		{"dedup maintenance", false, func(ctx context.Context) {
-			maintainer(cfg, s.pool, s.logger).Run(ctx, cfg.RetentionInterval, func(p dedup.Pass) { s.m.DedupPass(p.Partitions) })
-		}},
-		{"lag", false, func(ctx context.Context) {
-			gauges := s.m.Lag(cfg.KafkaTopic, cfg.KafkaGroupID, 3*cfg.KafkaLagInterval, time.Now)
-			consumer.WatchLag(ctx, client, cfg.KafkaTopic, cfg.KafkaGroupID, cfg.KafkaLagInterval, s.logger,
-				func(l []consumer.PartitionLag, err error) { s.group.observeLag(l, err); gauges(l, err) })
-		}},
-		{"group assignment", false, func(ctx context.Context) { s.group.run(ctx, cfg.KafkaLagInterval) }},
-		{"schema guard", false, func(ctx context.Context) { s.guard.run(ctx, migrations.HeartbeatInterval, s.logger.Warn) }},
-		{"ledger completer", true, func(ctx context.Context) {
-			completer(cfg, s.pool, s.payer.ForBilling(), s.logger, billing.SenderCompleter, s.replica, s.paused).Run(ctx, cfg.CompleterInterval, s.completerPass)
-		}},
-		{"deferred decisions", true, func(ctx context.Context) { s.handler.RunDeferred(ctx, time.Second) }},
-		{"pause watch", false, s.pause.Run},
-		{"dlq backlog", false, func(ctx context.Context) {
-			dlq.WatchBacklog(ctx, client, cfg.KafkaDLQTopic, cfg.dlqReplayGroup(), cfg.DLQBacklogInterval, s.logger,
-				func(b dlq.Backlog) { s.m.DLQBacklog(b.Records, b.Oldest, b.Retention, time.Now()) })
-		}},
+	warn := func(msg string, args ...any) loop.Log { return loop.Log{Level: slog.LevelWarn, Msg: msg, Args: args} }
+	maintain := maintainer(cfg, s.pool, s.logger)
+	lagGauges := s.m.Lag(cfg.KafkaTopic, cfg.KafkaGroupID, 3*cfg.KafkaLagInterval, time.Now)
+	completerTick, completerPass := completer(cfg, s.pool, s.payer.ForBilling(), s.logger, billing.SenderCompleter, s.replica, s.paused).
+		Passes(cfg.CompleterInterval, s.completerPass)
+	lagLog, backlogLog := warn("consumer lag unavailable"), warn("dead-letter backlog unavailable", "topic", cfg.KafkaDLQTopic)
+	lagLog.Every, backlogLog.Every = time.Minute, 10*time.Minute
+	guardLog := warn("schema check and replica heartbeat failed, retrying")
+	guardLog.OnChange = true
+	return []loop.Loop{
+		{Name: "dedup maintenance", Interval: cfg.RetentionInterval, RunOnce: func(ctx context.Context) error {
+			pass, err := maintain.RunOnce(ctx)
+			if err == nil {
+				s.m.DedupPass(pass.Partitions)
+			}
+			return err
+		}, Failed: loop.Log{Level: slog.LevelError, Msg: "dedup retention pass failed"}},
+		{Name: "lag", Interval: cfg.KafkaLagInterval, Timeout: cfg.KafkaLagInterval, Failed: lagLog,
+			RunOnce: consumer.LagPass(client, cfg.KafkaTopic, cfg.KafkaGroupID,
+				func(l []consumer.PartitionLag, err error) { s.group.observeLag(l, err); lagGauges(l, err) })},
+		{Name: "group assignment", Interval: cfg.KafkaLagInterval, Timeout: cfg.KafkaLagInterval, RunOnce: s.group.runOnce,
+			Failed: warn("cannot read the group's assignment from the brokers", "group", cfg.KafkaGroupID)},
+		{Name: "schema guard", Interval: migrations.HeartbeatInterval, Wait: true, Timeout: migrations.HeartbeatInterval,
+			RunOnce: s.guard.runOnce, Done: func(ctx context.Context) { s.guard.done(ctx, s.logger.Warn) }, Failed: guardLog},
+		{Name: "ledger completer", Bills: true, Interval: completerTick, RunOnce: completerPass,
+			Failed: loop.Log{Level: slog.LevelError, Msg: "completer pass failed"}},
+		{Name: "deferred decisions", Bills: true, Interval: time.Second, RunOnce: s.handler.DecideDeferred,
+			Failed: loop.Log{Level: slog.LevelError, Msg: "deferred decisions failed"}},
+		{Name: "pause watch", Interval: pauseInterval, Wait: true, Timeout: pauseInterval + 5*time.Second, RunOnce: s.pause.Refresh,
+			Failed: warn("cannot read the pause state; keeping the last one", "group", cfg.KafkaGroupID)},
+		{Name: "dlq backlog", Interval: cfg.DLQBacklogInterval, Timeout: cfg.DLQBacklogInterval, Failed: backlogLog,
+			RunOnce: dlq.BacklogPass(client, cfg.KafkaDLQTopic, cfg.dlqReplayGroup(),
+				func(b dlq.Backlog) { s.m.DLQBacklog(b.Records, b.Oldest, b.Retention, time.Now()) })},
 	}
 }
 
@@ -122,10 +130,10 @@ func (s *service) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	for _, l := range s.loops() {
 		lctx := bg
-		if l.bills {
+		if l.Bills {
 			lctx = billingLoops
 		}
-		loops.Go(func() { l.run(lctx) })
+		loops.Go(func() { l.Run(lctx, s.logger) })
 	}
 	defer s.bounded("background loops", 3*time.Second, &loops, stopLoops)
 

@@ -47,12 +47,13 @@ const completerLockKey int64 = 0x636f6d706c657465
 // Several replicas may run a Completer: an advisory lock lets one of them
 // settle at a time (the others only report the counts).
 //
-// It also owns the parked claims (park.go): Run's passes between its full
-// ones re-send those due, from a second after the park. The events
-// deferred behind a claim (deferred.go) are not the Completer's: they are
-// decided by pipeline.Handler.RunDeferred once the claim they wait on is
-// settled here or by its event. The files: completer.go (the type, a
-// pass, Run, the counts), settle.go (settling one claim), park.go.
+// It also owns the parked claims (park.go): the passes of its loop
+// (Passes) between its full ones re-send those due, from a second after
+// the park. The events deferred behind a claim (deferred.go) are not the
+// Completer's: they are decided by pipeline.Handler.DecideDeferred once
+// the claim they wait on is settled here or by its event. The files:
+// completer.go (the type, a pass, Passes, the counts), settle.go
+// (settling one claim), park.go.
 type Completer struct {
 	Pool    *pgxpool.Pool
 	Charger Charger
@@ -68,8 +69,8 @@ type Completer struct {
 	DBTimeout time.Duration
 	// Limit is the most claims settled in one pass; zero means 100.
 	Limit int
-	// ParkedEvery is how often Run looks for parked claims due between
-	// its full passes; zero means 1 s. ParkedBackoffMax caps a parked
+	// ParkedEvery is how often the loop (Passes) looks for parked claims
+	// due between its full passes; zero means 1 s. ParkedBackoffMax caps a parked
 	// claim's re-send backoff (from 1 s, doubling); zero means 10 s.
 	ParkedEvery, ParkedBackoffMax time.Duration
 	// Sends is how its sends are recorded before they leave (SPEC §11
@@ -267,34 +268,27 @@ func (c *Completer) count(ctx context.Context, conn *pgxpool.Conn) (Unsettled, e
 	return u, nil
 }
 
-// Run makes a full pass now and then every interval until ctx ends, and
-// between them a pass over the parked claims due every ParkedEvery,
-// logging failures (the next pass retries). onPass, when not nil, sees
+// Passes returns the completer's loop (see internal/loop): it ticks every
+// tick, min(interval, ParkedEvery), and each pass, runOnce, is a full pass
+// when interval has passed since the last full one (the first is), and a
+// pass over the parked claims due otherwise. onPass, when not nil, sees
 // every pass's report (whatever failed): the service counts what it
 // settled, and sets the ledger gauges from its counts only when
 // rep.Counted, so that a pass that could not count leaves the gauges as
-// they were rather than zeroing them.
-func (c *Completer) Run(ctx context.Context, interval time.Duration, onPass func(PassReport)) {
-	t := time.NewTicker(min(interval, c.parkedEvery()))
-	defer t.Stop()
+// they were rather than zeroing them. runOnce's error is RunOnce's; it
+// is called by one goroutine at a time.
+func (c *Completer) Passes(interval time.Duration, onPass func(PassReport)) (tick time.Duration, runOnce func(context.Context) error) {
 	var lastFull time.Time
-	for {
+	return min(interval, c.parkedEvery()), func(ctx context.Context) error {
 		opt := PassOptions{ParkedOnly: true}
 		if now := time.Now(); now.Sub(lastFull) >= interval {
 			opt, lastFull = PassOptions{}, now
 		}
 		rep, err := c.RunOnce(ctx, opt)
-		if err != nil && ctx.Err() == nil {
-			c.Logger.ErrorContext(ctx, "completer pass failed", "err", err)
-		}
 		if onPass != nil {
 			onPass(rep)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+		return err
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 // statements (lookup, markSent, release, block); ledger.go calls neither.
 // What finishes an event later lives apart: the Completer (completer.go)
 // settles stale claims and, with park.go, parked ones; deferred.go stores
-// the deferred events, which pipeline.Handler.RunDeferred decides (it
+// the deferred events, which pipeline.Handler.DecideDeferred decides (it
 // writes their dead letters).
 
 // processAll bills evs together: one claim statement for all of them,

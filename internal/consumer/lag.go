@@ -2,14 +2,13 @@ package consumer
 
 import (
 	"context"
-	"log/slog"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
+	"github.com/billing-consumer/billing-consumer/internal/loop"
 )
 
 // PartitionLag is the position of a consumer group in one partition.
@@ -53,21 +52,16 @@ func GroupLag(ctx context.Context, client *kafka.Client, topic, group string) ([
 	return out, nil
 }
 
-// WatchLag calls GroupLag every interval until ctx ends and hands each
-// answer, or its error, to report (never the error of ctx ending).
-// Failures are logged at most once a minute.
-func WatchLag(ctx context.Context, client *kafka.Client, topic, group string, interval time.Duration,
-	logger *slog.Logger, report func([]PartitionLag, error)) {
-	var lastLogged time.Time
-	kafkagroup.Every(ctx, interval, func(qctx context.Context) {
-		lags, err := GroupLag(qctx, client, topic, group)
-		if ctx.Err() != nil {
-			return
+// LagPass returns the pass of the lag loop (see internal/loop): one
+// GroupLag, whose answer or error it hands to report unless the loop is
+// stopping. Its error is GroupLag's.
+func LagPass(client *kafka.Client, topic, group string, report func([]PartitionLag, error)) func(context.Context) error {
+	return func(ctx context.Context) error {
+		lags, err := GroupLag(ctx, client, topic, group)
+		if loop.Stopping(ctx) {
+			return err
 		}
 		report(lags, err)
-		if err != nil && time.Since(lastLogged) > time.Minute {
-			logger.Warn("consumer lag unavailable", "err", err)
-			lastLogged = time.Now()
-		}
-	})
+		return err
+	}
 }

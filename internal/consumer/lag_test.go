@@ -10,6 +10,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/billing-consumer/billing-consumer/internal/loop"
 )
 
 // commitOffsets commits offsets for env's group as a standalone client
@@ -103,10 +105,11 @@ func equalLags(got, want map[int]PartitionLag) bool {
 	return true
 }
 
-// TestWatchLag: WatchLag reports repeatedly and returns when ctx ends.
-// Each query is bounded by the interval, so the interval leaves a loaded
-// broker time to answer (at 50ms, OffsetFetch timed out under load).
-func TestWatchLag(t *testing.T) {
+// TestLagLoop: the lag loop (LagPass run by loop.Loop, as the service
+// registers it) reports repeatedly and returns when ctx ends. Each query
+// is bounded by the interval, so the interval leaves a loaded broker time
+// to answer (at 50ms, OffsetFetch timed out under load).
+func TestLagLoop(t *testing.T) {
 	env := newKafkaEnv(t, 3)
 	env.produce(t, map[int]int{2: 4})
 
@@ -115,8 +118,8 @@ func TestWatchLag(t *testing.T) {
 	returned := make(chan struct{})
 	go func() {
 		defer close(returned)
-		WatchLag(ctx, env.client, env.topic, env.group, 500*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)),
-			func(l []PartitionLag, err error) {
+		lag := loop.Loop{Interval: 500 * time.Millisecond, Timeout: 500 * time.Millisecond,
+			RunOnce: LagPass(env.client, env.topic, env.group, func(l []PartitionLag, err error) {
 				if err != nil {
 					t.Errorf("lag query: %v", err)
 					return
@@ -125,7 +128,8 @@ func TestWatchLag(t *testing.T) {
 				case reports <- l:
 				default:
 				}
-			})
+			})}
+		lag.Run(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -144,13 +148,13 @@ func TestWatchLag(t *testing.T) {
 				t.Fatalf("report %d: %+v, want 3 partitions, partition 2 with end 4 and lag 4", i, l)
 			}
 		case <-time.After(30 * time.Second):
-			t.Fatalf("no report %d from WatchLag", i)
+			t.Fatalf("no report %d from the lag loop", i)
 		}
 	}
 	cancel()
 	select {
 	case <-returned:
 	case <-time.After(10 * time.Second):
-		t.Fatal("WatchLag did not return after its context ended")
+		t.Fatal("the lag loop did not return after its context ended")
 	}
 }

@@ -185,29 +185,6 @@ func drop(ctx context.Context, conn *pgxpool.Conn, p Partition, t table) error {
 	return err
 }
 
-// Run makes a pass now and then every interval until ctx ends, logging
-// failures (the next pass retries). onPass, when not nil, sees every pass
-// that succeeded; the consumer uses it for the billing_dedup_partitions
-// gauge.
-func (m *Maintainer) Run(ctx context.Context, interval time.Duration, onPass func(Pass)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		pass, err := m.RunOnce(ctx)
-		if err != nil && ctx.Err() == nil {
-			m.Logger.Error("dedup retention pass failed", "err", err)
-		}
-		if err == nil && onPass != nil {
-			onPass(pass)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // table is a table named like a processed_event partition.
 type table struct {
 	// attached: a partition of processed_event, pending detach or not.

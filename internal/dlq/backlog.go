@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
+	"github.com/billing-consumer/billing-consumer/internal/loop"
 )
 
 // Backlog is what the dead-letter topic holds that dlq replay has not yet
@@ -118,22 +118,16 @@ func retention(ctx context.Context, client *kafka.Client, topic string) (time.Du
 	return 0, nil
 }
 
-// WatchBacklog calls ReadBacklog every interval until ctx ends and hands
-// each answer to report. Failures are logged at most once every ten
-// minutes; the gauges keep their last value (the backlog changes slowly,
-// and the lag alerts cover an unreachable Kafka).
-func WatchBacklog(ctx context.Context, client *kafka.Client, topic, replayGroup string, interval time.Duration,
-	logger *slog.Logger, report func(Backlog)) {
-	var lastLogged time.Time
-	kafkagroup.Every(ctx, interval, func(qctx context.Context) {
-		b, err := ReadBacklog(qctx, client, topic, replayGroup)
-		switch {
-		case ctx.Err() != nil:
-		case err == nil:
+// BacklogPass returns the pass of the dead-letter backlog loop (see
+// internal/loop): one ReadBacklog, whose answer it hands to report. A
+// failure is only the pass's error: the gauges keep their last value (the
+// backlog changes slowly, and the lag alerts cover an unreachable Kafka).
+func BacklogPass(client *kafka.Client, topic, replayGroup string, report func(Backlog)) func(context.Context) error {
+	return func(ctx context.Context) error {
+		b, err := ReadBacklog(ctx, client, topic, replayGroup)
+		if err == nil && !loop.Stopping(ctx) {
 			report(b)
-		case time.Since(lastLogged) > 10*time.Minute:
-			logger.Warn("dead-letter backlog unavailable", "topic", topic, "err", err)
-			lastLogged = time.Now()
 		}
-	})
+		return err
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -90,24 +89,4 @@ func CommittedOffsets(ctx context.Context, client *kafka.Client, group, topic st
 		}
 	}
 	return out, nil
-}
-
-// Every calls poll at once and then every interval until ctx ends, each
-// call with a context bounded by interval, so that a broker that does not
-// answer delays the next poll rather than piling calls up. It is the loop
-// of the watchers that export broker state as gauges (the group's lag,
-// the dead-letter backlog); it returns when ctx ends.
-func Every(ctx context.Context, interval time.Duration, poll func(ctx context.Context)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		qctx, cancel := context.WithTimeout(ctx, interval)
-		poll(qctx)
-		cancel()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }

@@ -63,7 +63,7 @@ func (m *Metrics) Commit(topic, group string, now func() time.Time) func(partiti
 	}
 }
 
-// Lag returns the report function of consumer.WatchLag for topic and
+// Lag returns the report function of consumer.LagPass for topic and
 // group. A successful query sets the lag, committed and log-end gauges of
 // every partition and the last-success time. When queries have failed for
 // longer than staleAfter, the lag and log-end series of the topic are

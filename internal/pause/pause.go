@@ -91,10 +91,9 @@ func Clear(ctx context.Context, pool *pgxpool.Pool, group string) (State, error)
 // tell whether billing is paused does not start. After that, a failed read
 // keeps the last known state. Safe for concurrent use.
 type Watcher struct {
-	Pool     *pgxpool.Pool
-	Group    string
-	Interval time.Duration // between reads; zero: 2s
-	Logger   *slog.Logger
+	Pool   *pgxpool.Pool
+	Group  string
+	Logger *slog.Logger
 	// OnState, when set, is called after each successful read.
 	OnState func(State)
 
@@ -165,27 +164,5 @@ func isClosed(c chan struct{}) bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// Run refreshes every Interval until ctx ends, logging failed reads.
-func (w *Watcher) Run(ctx context.Context) {
-	interval := w.Interval
-	if interval <= 0 {
-		interval = 2 * time.Second
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rctx, cancel := context.WithTimeout(ctx, interval+5*time.Second)
-		if err := w.Refresh(rctx); err != nil && ctx.Err() == nil {
-			w.Logger.Warn("cannot read the pause state; keeping the last one", "group", w.Group, "err", err)
-		}
-		cancel()
 	}
 }

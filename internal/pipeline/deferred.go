@@ -74,35 +74,18 @@ func (h *Handler) deferEvent(ctx context.Context, msg kafka.Message, ev events.O
 	return true
 }
 
-// RunDeferred decides the deferred events whose claim is no longer
-// pending, every interval until ctx ends (every replica runs it; a lease
-// keeps two from deciding one event at once). While an operator's pause
-// is in force (Config.Gate) it decides nothing: a decision may charge.
-func (h *Handler) RunDeferred(ctx context.Context, interval time.Duration) {
-	if h.cfg.Deferrer == nil {
-		return
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		if err := h.DecideDeferred(ctx); err != nil && ctx.Err() == nil {
-			h.cfg.Logger.ErrorContext(ctx, "deferred decisions failed", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// DecideDeferred makes one pass: it takes up the deferred events due, one
-// at a time (each lease covers one decision), up to deferredBatch, and
-// decides each. Before each it checks an operator's pause (Config.Gate),
+// DecideDeferred makes one pass of the deferred decisions' loop (every
+// replica runs it, each second; a lease keeps two from deciding one event
+// at once): it takes up the deferred events whose claim is no longer
+// pending, due, one at a time (each lease covers one decision), up to
+// deferredBatch, and decides each. Before each it checks an operator's pause (Config.Gate),
 // and a pause ends the pass: each decision may charge (SPEC §11 I4). Its
 // error is the pass's (the database, a systemic answer); an event that
 // could not be decided yet is given back, not an error.
 func (h *Handler) DecideDeferred(ctx context.Context) error {
+	if h.cfg.Deferrer == nil {
+		return nil // nothing is ever deferred
+	}
 	for range deferredBatch {
 		if h.paused() {
 			return nil

@@ -120,7 +120,7 @@ type Config struct {
 	// nil. Keep it below RetryBudget. An event that has waited this long
 	// on another event's claim (fault.Busy), or at once when it is held
 	// behind a blocked claim (billing.ErrHeld), is deferred — its record
-	// stored by Deferrer for a later decision (RunDeferred), and
+	// stored by Deferrer for a later decision (DecideDeferred), and
 	// committed. Zero never defers either: a held event then waits until
 	// an operator's decision settles the claim.
 	ParkAfter time.Duration

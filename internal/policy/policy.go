@@ -102,8 +102,9 @@ const (
 	// Handler is the pipeline's Handler.Handle: it holds the event's Kafka
 	// record, uncommitted until the event has an outcome.
 	Handler Asker = iota
-	// Decider is the pipeline's deciding loop (RunDeferred): it holds a
-	// deferred event's row under a lease.
+	// Decider is the pipeline's deciding loop
+	// (pipeline.Handler.DecideDeferred): it holds a deferred event's row
+	// under a lease.
 	Decider
 )
 

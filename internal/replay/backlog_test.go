@@ -15,7 +15,7 @@ func TestReadBacklog(t *testing.T) {
 	env := newReplayEnv(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// A topic just created may not have its leaders yet: WatchBacklog
+	// A topic just created may not have its leaders yet: the backlog loop
 	// retries on its interval, the test polls.
 	var b dlq.Backlog
 	var err error
