@@ -27,6 +27,12 @@
 #   scripts/pg.sh standby pause-receiver    SIGSTOP the standby's WAL receiver
 #                                           (a slow link: the standby lags)
 #   scripts/pg.sh standby resume-receiver   SIGCONT it
+#   scripts/pg.sh standby kill-receiver     SIGKILL the standby's WAL receiver
+#       (stopped or not): the WAL in the socket buffers between the two
+#       (megabytes on loopback, which a stopped receiver lets fill) is lost,
+#       as behind a slow link to a primary that dies. The standby's
+#       postmaster takes it for a crash and restarts its recovery, keeping
+#       the WAL the receiver had written.
 #   scripts/pg.sh standby kill-primary      SIGKILL the primary's postmaster and
 #       every child at once, as a node dies. Killing the postmaster alone
 #       would let its walsender ship the rest of the WAL to the standby.
@@ -197,11 +203,14 @@ standby_start() {
 		# postgresql.auto.conf overrides postgresql.conf (copied from the
 		# primary): the standby's own port, a named WAL receiver, and no
 		# synchronous standby of its own, so that once promoted it does
-		# not wait for one it cannot have (its commits would hang).
+		# not wait for one it cannot have (its commits would hang); and a
+		# quick retry of a lost primary (5 s by default), which a promotion
+		# would otherwise wait out.
 		cat >>"$STANDBY/postgresql.auto.conf" <<CONF
 port = $PG_STANDBY_PORT
 primary_conninfo = 'host=127.0.0.1 port=$PG_PORT user=postgres application_name=$STANDBY_NAME'
 synchronous_standby_names = ''
+wal_retrieve_retry_interval = '100ms'
 CONF
 	fi
 	if ! standby_running; then
@@ -230,28 +239,46 @@ standby_signal_receiver() {
 	kill "-$1" "$pid"
 }
 
+# alive tells whether process $1 runs: a killed one may stay a zombie
+# until its parent (init, in a container whatever runs as pid 1) reaps it.
+# No process is started (kill_primary's timing depends on it).
+alive() {
+	local st
+	[ -r "/proc/$1/stat" ] && read -r st <"/proc/$1/stat" 2>/dev/null || return 1
+	st=${st##*) }
+	[ "${st:0:1}" != Z ]
+}
+
 # kill_primary kills the primary's postmaster and every child of it. Each
 # child is a process group of its own (Postgres calls setsid in every
 # child), so no single kill reaches them all: all are stopped first, in
 # one kill call, so that none (the walsender above all) runs on while the
-# others die, then killed.
+# others die, then killed. It reads the children from /proc and starts no
+# process before the kill: on a busy machine each would take its time
+# while the primary goes on committing.
 kill_primary() {
 	[ -f "$DATA/postmaster.pid" ] || die "the primary is not running"
-	local pm kids shm
-	pm=$(head -n1 "$DATA/postmaster.pid")
-	kill -0 "$pm" 2>/dev/null || die "the primary is not running"
-	kids=$(ps -o pid= --ppid "$pm" | tr '\n' ' ')
-	# shellcheck disable=SC2086
-	kill -STOP "$pm" $kids
+	local pm kids=() shm
+	read -r pm <"$DATA/postmaster.pid"
+	alive "$pm" || die "the primary is not running"
+	children() {
+		kids=()
+		if [ -r "/proc/$pm/task/$pm/children" ]; then
+			read -r -a kids <"/proc/$pm/task/$pm/children" || true
+		else
+			mapfile -t kids < <(ps -o pid= --ppid "$pm")
+		fi
+	}
+	children
+	kill -STOP "$pm" "${kids[@]}" 2>/dev/null || true
 	# A child forked between the listing and the stop, now stopped too.
-	kids=$(ps -o pid= --ppid "$pm" | tr '\n' ' ')
-	# shellcheck disable=SC2086
-	kill -KILL "$pm" $kids 2>/dev/null || true
+	children
+	kill -KILL "$pm" "${kids[@]}" 2>/dev/null || true
 	for _ in $(seq 100); do
-		kill -0 "$pm" 2>/dev/null || break
-		sleep 0.05
+		alive "$pm" || break
+		sleep 0.02
 	done
-	! kill -0 "$pm" 2>/dev/null || die "the primary's postmaster $pm survived SIGKILL"
+	! alive "$pm" || die "the primary's postmaster $pm survived SIGKILL"
 	# The primary's System V segment (line 7 of postmaster.pid: key, id) has
 	# no process attached any more; nothing else would remove it.
 	shm=$(sed -n 7p "$DATA/postmaster.pid" | awk '{ print $2 }')
@@ -271,7 +298,7 @@ standby_status() {
 	local role
 	for node in primary standby; do
 		if [ $node = primary ]; then
-			running && role=$(psql_admin -c "SELECT CASE WHEN pg_is_in_recovery() THEN 'standby' ELSE 'primary' END") || role=down
+			primary_alive && role=$(psql_admin -c "SELECT CASE WHEN pg_is_in_recovery() THEN 'standby' ELSE 'primary' END") || role=down
 			echo "primary   127.0.0.1:$PG_PORT: $role"
 			[ "$role" = down ] || psql_admin -c "SELECT '  replication: ' || application_name || ' ' || state || ' ' || sync_state FROM pg_stat_replication"
 		else
@@ -281,9 +308,16 @@ standby_status() {
 	done
 }
 
+primary_alive() {
+	local pm
+	[ -f "$DATA/postmaster.pid" ] && read -r pm <"$DATA/postmaster.pid" && alive "$pm"
+}
+
 standby_stop() {
 	if standby_running; then as_owner "$PG_BIN/pg_ctl" -D "$STANDBY" -m immediate -w stop >/dev/null; fi
-	stop immediate
+	# A killed primary may linger as a zombie, which pg_ctl takes for a
+	# server that never stops.
+	if primary_alive; then stop immediate; fi
 }
 
 standby_cmd() {
@@ -294,12 +328,13 @@ standby_cmd() {
 	primary-url) echo "$URL" ;;
 	standby-url) echo "$STANDBY_URL" ;;
 	pause-receiver) standby_signal_receiver STOP ;;
+	kill-receiver) standby_signal_receiver KILL ;;
 	resume-receiver) standby_signal_receiver CONT ;;
 	kill-primary) kill_primary ;;
 	promote) promote ;;
 	status) standby_status ;;
 	stop) standby_stop ;;
-	*) die "usage: scripts/pg.sh standby start [async|sync]|url|primary-url|standby-url|pause-receiver|resume-receiver|kill-primary|promote|status|stop" ;;
+	*) die "usage: scripts/pg.sh standby start [async|sync]|url|primary-url|standby-url|pause-receiver|resume-receiver|kill-receiver|kill-primary|promote|status|stop" ;;
 	esac
 }
 
