@@ -197,6 +197,9 @@ standby_start() {
 	start >/dev/null # the primary: the ordinary cluster of this script
 	# WAL kept for a standby that lags (its receiver stopped on purpose).
 	psql_admin -c "ALTER SYSTEM SET wal_keep_size = '256MB'" -c "SELECT pg_reload_conf()" >/dev/null
+	# The service's role may read its standbys' sync state
+	# (billing_postgres_sync_standbys), as a monitoring role would.
+	psql_admin -c "GRANT pg_read_all_stats TO billing" >/dev/null
 	if [ ! -f "$STANDBY/PG_VERSION" ]; then
 		as_owner "$PG_BIN/pg_basebackup" -h "$PG_DIR" -p "$PG_PORT" -U postgres -D "$STANDBY" -X stream -c fast -R \
 			>"$PG_DIR/basebackup.log" 2>&1 || { cat "$PG_DIR/basebackup.log" >&2; die "pg_basebackup failed"; }
