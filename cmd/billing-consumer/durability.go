@@ -68,7 +68,8 @@ func (d durability) logAttrs() []any {
 
 // checkDurability is a startup step: it reads durability, exports it
 // (billing_postgres_synchronous_commit, billing_postgres_sync_standbys) and
-// logs it in one line, a warning when it is weak. It never holds the
+// logs it in one line, "database durability", a warning (with a field
+// "warning" saying why) when it is weak. It never holds the
 // startup: a failed read is logged and leaves the gauges unknown.
 func (s *service) checkDurability(ctx context.Context) error {
 	d, err := readDurability(ctx, s.pool)
@@ -77,11 +78,12 @@ func (s *service) checkDurability(ctx context.Context) error {
 		return nil
 	}
 	s.durable.Set(d.synchronousCommit, d.syncStandbys)
-	level, msg := slog.LevelInfo, "database durability"
+	level, attrs := slog.LevelInfo, d.logAttrs()
 	if d.weak() {
-		level, msg = slog.LevelWarn, "database durability: an acknowledged commit may live on the primary alone, and a failover that loses it "+
-			"can charge orders twice, unless the storage itself is synchronous (docs/operations.md, Durability requirement)"
+		level = slog.LevelWarn
+		attrs = append(attrs, "warning", "an acknowledged commit may live on the primary alone, and a failover that loses it "+
+			"can charge orders twice, unless the storage itself is synchronous (docs/operations.md, Durability requirement)")
 	}
-	s.logger.Log(ctx, level, msg, d.logAttrs()...)
+	s.logger.Log(ctx, level, "database durability", attrs...)
 	return nil
 }
