@@ -41,8 +41,11 @@ type service struct {
 	reg    *prometheus.Registry
 	m      *metrics.Metrics
 	ctl    *metrics.Control // billing_paused, billing_kafka_partition_owned
-	pause  *pause.Watcher
-	kconns *kafkaconn.Conns
+	// durable is what the role sees of the ledger's durability, read at
+	// startup (checkDurability).
+	durable *metrics.Durability
+	pause   *pause.Watcher
+	kconns  *kafkaconn.Conns
 
 	pool     *pgxpool.Pool
 	payer    *payment.Client
@@ -95,6 +98,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.m = metrics.New(s.reg, version, commit)
 	s.ctl = metrics.NewControl(s.reg, cfg.KafkaTopic)
+	s.durable = metrics.NewDurability(s.reg)
 
 	tracer, propagator, err := s.setupTracing(ctx)
 	if err != nil {

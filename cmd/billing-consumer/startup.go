@@ -56,8 +56,9 @@ func (p permanent) Unwrap() error { return p.error }
 
 // startup waits for each dependency in turn, retrying with capped
 // exponential backoff and jitter: Kafka, the database, its schema version,
-// then one dedup maintenance pass (so that the first events of a fresh
-// database find their processed_event partitions). It returns nil when all
+// what the database shows of its durability (logged, never waited for),
+// the pause state, then one dedup maintenance pass (so that the first
+// events of a fresh database find their processed_event partitions). It returns nil when all
 // are done, the permanent error of a step, or, when ctx ends first, an
 // errStoppedBeforeReady naming the step it was waiting for.
 func (s *service) startup(ctx context.Context) error {
@@ -69,6 +70,8 @@ func (s *service) startup(ctx context.Context) error {
 		{"Kafka", s.checkKafka},
 		{"the database", func(ctx context.Context) error { return s.pool.Ping(ctx) }},
 		{"the schema", s.guard.check},
+		// Logged and exported, never waited for: see checkDurability.
+		{"the database's durability", s.checkDurability},
 		// Before joining the group: a replica started during a pause
 		// fetches nothing.
 		{"the pause state", s.pause.Refresh},

@@ -15,8 +15,8 @@ import (
 // A bad start is a wait, not a crash: with the database unreachable, run
 // answers /healthz at once and /readyz 503 with the reason; with a
 // database whose schema is behind, /readyz says to migrate; once migrated,
-// run finishes its startup (a dedup maintenance pass included) and joins
-// the group.
+// run finishes its startup (the durability read and a dedup maintenance
+// pass included) and joins the group.
 func TestStartupWaitsUnready(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	topic := kafkatest.UniqueName("billing-startup")
@@ -85,6 +85,16 @@ func TestStartupWaitsUnready(t *testing.T) {
 		code, _ := httpGet(base + "/readyz")
 		return code == http.StatusOK
 	})
+	// What the role sees of the durability, logged and exported once: the
+	// scratch cluster has no standby.
+	durable := logsWithMsg(logLines(t, p.stderr.String()), "database durability")
+	if len(durable) != 1 || durable[0]["level"] != "WARN" || durable[0]["synchronous_commit"] != "on" || durable[0]["sync_standbys"] != "0" {
+		t.Errorf("durability logged %v, want one warning: synchronous_commit on, 0 sync standbys", durable)
+	}
+	if _, body := httpGet(base + "/metrics"); !strings.Contains(body, "\nbilling_postgres_sync_standbys 0\n") ||
+		!strings.Contains(body, `billing_postgres_synchronous_commit{setting="on"} 1`) {
+		t.Errorf("/metrics lacks billing_postgres_sync_standbys 0 or billing_postgres_synchronous_commit{setting=\"on\"} 1")
+	}
 	var parts int
 	if err := pgtest.Open(t, url).QueryRow(t.Context(), `SELECT count(*) FROM pg_inherits WHERE inhparent = 'processed_event'::regclass`).Scan(&parts); err != nil || parts < 3 {
 		t.Errorf("processed_event partitions at ready = %d (%v), want today and the days ahead", parts, err)

@@ -41,4 +41,8 @@ const (
 	// view of the partitions no member of the group is assigned.
 	KafkaPartitionsUnowned    = "billing_kafka_partitions_unowned"
 	KafkaPartitionsUnownedLag = "billing_kafka_partitions_unowned_lag"
+	// PostgresSynchronousCommit and PostgresSyncStandbys are what the
+	// database role sees of the ledger's durability (Durability).
+	PostgresSynchronousCommit = "billing_postgres_synchronous_commit"
+	PostgresSyncStandbys      = "billing_postgres_sync_standbys"
 )
