@@ -27,6 +27,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/pause"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/pipeline"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
 	"github.com/billing-consumer/billing-consumer/internal/tracing"
 )
 
@@ -192,6 +193,8 @@ func (s *service) newBilling(id string, dlqWriter *dlq.Writer, tracer trace.Trac
 		Logger:            s.logger,
 		OnCommit:          s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now),
 		Gate:              s.pause.Gate, OnAssign: s.ctl.Owned,
+		Positions:         &postgres.Positions{Pool: s.pool},
+		OnPositionsFailed: metrics.NewPositionWritesFailed(s.reg).Inc,
 	}, s.handler.Handle); err != nil {
 		return err
 	}

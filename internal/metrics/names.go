@@ -41,4 +41,7 @@ const (
 	// view of the partitions no member of the group is assigned.
 	KafkaPartitionsUnowned    = "billing_kafka_partitions_unowned"
 	KafkaPartitionsUnownedLag = "billing_kafka_partitions_unowned_lag"
+	// PositionWritesFailed counts the consumer's position writes that
+	// failed, each of which stopped the Kafka commit it preceded.
+	PositionWritesFailed = "billing_position_writes_failed_total"
 )
