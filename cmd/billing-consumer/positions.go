@@ -229,6 +229,14 @@ func (g groupPositions) run(ctx context.Context, logger *slog.Logger, stdout io.
 		}
 	}
 	printPositions(stdout, g.group, g.topic, views)
+	old, err := g.positions.Untracked(ctx, g.group)
+	if err != nil {
+		return schemaHint(err)
+	}
+	if len(old) > 0 {
+		fmt.Fprintf(stdout, "replicas of a release that writes no positions run in this group: %s;\n"+
+			"their commits leave the database behind Kafka without any loss\n", strings.Join(old, ", "))
+	}
 	return nil
 }
 

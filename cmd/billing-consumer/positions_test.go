@@ -105,6 +105,19 @@ func TestPositionsShowAndAccept(t *testing.T) {
 	if !strings.Contains(line(out, 0), "database behind Kafka") || !strings.Contains(out, "1 partition(s) where Kafka is ahead") {
 		t.Errorf("show does not say partition 0 is behind:\n%s", out)
 	}
+	if strings.Contains(out, "writes no positions run") {
+		t.Errorf("show names older replicas where none runs:\n%s", out)
+	}
+	// A replica of level 12 (writes no positions) heartbeating in the
+	// group is named; one of another group, or stale, is not.
+	if _, err := pool.Exec(ctx, `INSERT INTO billing_replica (replica_id, binary_level, version, consumer_group, heartbeat_at) VALUES
+('old-a', 12, 'v12', $1, now()), ('old-b', 12, 'v12', 'other', now()), ('old-c', 12, 'v12', $1, now() - interval '5 minutes'),
+('new-d', 13, 'v13', $1, now())`, group); err != nil {
+		t.Fatal(err)
+	}
+	if out = positions("show"); !strings.Contains(out, "writes no positions run in this group: old-a (level 12, seen 0s ago);") {
+		t.Errorf("show does not name the level-12 replica old-a (alone):\n%s", out)
+	}
 
 	out = positions("accept", "--partition", "0", "--reason", "INC-7 reset to latest", "--operator", "ann")
 	if !strings.Contains(out, "moved 1 position(s)") || !strings.HasPrefix(line(out, 0), "0 10 10 0 ") ||

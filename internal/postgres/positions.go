@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billing-consumer/billing-consumer/db/migrations"
 )
 
 // Positions is the consumer_position table on a pool: how far the
@@ -167,4 +169,28 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, group, topic, id, a.Operator, a.Host, 
 	}
 	acc.After, acc.Moved = target, true
 	return acc, nil
+}
+
+// PositionsFrom is the first binary schema level that writes positions
+// (migration 00013): replicas below it commit offsets without them.
+const PositionsFrom = 13
+
+// Untracked returns the replicas of group registered in billing_replica
+// (db/migrations' registry) with a level below PositionsFrom and a
+// heartbeat fresher than migrations.ReplicaStaleAfter, as "id (level N,
+// seen Ns ago)": while one runs, the group's committed offsets may be
+// ahead of the positions by its commits, not by a loss.
+func (p *Positions) Untracked(ctx context.Context, group string) ([]string, error) {
+	rows, err := p.Pool.Query(ctx, `SELECT replica_id || ' (level ' || binary_level || ', seen '
+	|| round(extract(epoch FROM now() - heartbeat_at)) || 's ago)'
+FROM billing_replica WHERE consumer_group = $1 AND binary_level < $2 AND heartbeat_at > now() - make_interval(secs => $3)
+ORDER BY replica_id`, group, PositionsFrom, migrations.ReplicaStaleAfter.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("replicas of group %s: %w", group, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("replicas of group %s: %w", group, err)
+	}
+	return out, nil
 }
