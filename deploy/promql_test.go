@@ -49,6 +49,7 @@ func declaredMetrics(t *testing.T) map[string]bool {
 	names := map[string]bool{}
 	metrics.New(recordNames(names), "test", "test")
 	metrics.NewControl(recordNames(names), "test")
+	metrics.NewPositionWritesFailed(recordNames(names))
 	if len(names) < 8 {
 		t.Fatalf("internal/metrics registers %d billing_* metrics", len(names))
 	}

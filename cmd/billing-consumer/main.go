@@ -97,6 +97,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return claimCommand(ctx, args, stdout, stderr)
 	case "pause", "resume":
 		return pauseCommand(ctx, command, args, stdout, stderr)
+	case "positions":
+		return positionsCommand(ctx, args, stdout, stderr)
 	}
 	return fmt.Errorf("unknown command %q: %w", command, errUsage)
 }
@@ -249,6 +251,12 @@ Usage:
                                                   (stays in the group, finishes the requests in flight) until
                                                   resume; reconcile refuses meanwhile; kept in Postgres
   billing-consumer resume                         end the pause
+  billing-consumer positions show [--partition P] per partition: the group's committed offset in Kafka, the
+                                                  database's position (how far it holds the decisions), the gap
+  billing-consumer positions accept --reason TEXT [--partition P]
+                                                  after a deliberate forward offset reset: move the database's
+                                                  positions forward to the committed offsets; audited in
+                                                  position_audit; -h for details
   billing-consumer help                           this text
   billing-consumer version                        version, commit and Go version
 

@@ -139,10 +139,18 @@ func TestRunEndToEnd(t *testing.T) {
 		`billing_events_total{result="duplicate"} 1`,
 		`billing_events_total{result="dlq"} 1`,
 		`billing_dlq_total{reason="invalid"} 1`,
+		`billing_position_writes_failed_total 0`,
 	} {
 		if !metric(line) {
 			t.Errorf("/metrics lacks %s", line)
 		}
+	}
+
+	// The position was written before the commit the metric shows.
+	var position int64
+	if err := pool.QueryRow(context.Background(), `SELECT next_offset FROM consumer_position
+WHERE consumer_group = $1 AND topic = $2 AND partition = 0`, group, topic).Scan(&position); err != nil || position != 3 {
+		t.Errorf("database position of partition 0: %d, %v; want 3, the committed offset", position, err)
 	}
 
 	keys, auths := prov.requests()

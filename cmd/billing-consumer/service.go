@@ -27,6 +27,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/pause"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/pipeline"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
 	"github.com/billing-consumer/billing-consumer/internal/tracing"
 )
 
@@ -188,6 +189,7 @@ func (s *service) newBilling(id string, dlqWriter *dlq.Writer, tracer trace.Trac
 	ccfg := cfg.consumerConfig()
 	ccfg.Dialer, ccfg.Logger, ccfg.Gate, ccfg.OnAssign = s.kconns.Dialer, s.logger, s.pause.Gate, s.ctl.Owned
 	ccfg.OnCommit = s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now)
+	ccfg.Positions, ccfg.OnPositionsFailed = &postgres.Positions{Pool: s.pool}, metrics.NewPositionWritesFailed(s.reg).Inc
 	if s.consumer, err = consumer.New(ccfg, s.handler.Handle); err != nil {
 		return err
 	}

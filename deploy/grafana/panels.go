@@ -11,7 +11,7 @@ const eventsMetric = m.EventsTotal
 // rows is the dashboard, top to bottom.
 var rows = []row{
 	{"Overview", []func() panel{totalLag, eventsPerSecond, deadLetteredInRange, replicasUp}},
-	{"Kafka", []func() panel{lagPerPartition, committedPerPartition, commitRatePerPartition, eventDuration, unownedPartitions}},
+	{"Kafka", []func() panel{lagPerPartition, committedPerPartition, commitRatePerPartition, eventDuration, unownedPartitions, positionWritesFailed}},
 	{"Outcomes", []func() panel{eventsByResult, deadLetteredByReason, retriesByKind}},
 	{"Payment provider", []func() panel{paymentLatency, paymentByCode, paymentErrorRatio}},
 	{"Replicas", []func() panel{upPerReplica, partitionsOwned, operatorPause, buildsRunning}},
@@ -202,6 +202,15 @@ func unownedPartitions() panel {
 	return panel{title: "Partitions no member owns (brokers' view)", unit: "short", queries: []query{
 		{"unowned partitions of {{topic}}", "min by (topic, group) (" + sel(m.KafkaPartitionsUnowned) + ")"},
 		{"their lag, {{topic}}", "min by (topic, group) (" + sel(m.KafkaPartitionsUnownedLag) + ")"},
+	}}
+}
+
+// positionWritesFailed is the failed writes of the database's positions
+// per second: each stopped the offset commit it preceded, so while it is
+// above zero the committed offsets stand still (docs/design.md, Positions).
+func positionWritesFailed() panel {
+	return panel{title: "Position writes failed (each stops an offset commit), per second", unit: "ops", queries: []query{
+		{"{{pod}}", "sum by (pod) (" + rate(m.PositionWritesFailed) + ")"},
 	}}
 }
 

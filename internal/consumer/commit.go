@@ -3,10 +3,6 @@ package consumer
 import (
 	"log/slog"
 	"sync"
-
-	"github.com/segmentio/kafka-go"
-
-	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
 // committer commits the offsets of every partition of one generation in
@@ -104,13 +100,5 @@ func (cm *committer) flush() {
 		for id, next := range offsets {
 			cm.onDone(id, next, covered[id])
 		}
-	}
-}
-
-// commitGeneration is the commitFunc of gen's topic, each request bounded
-// by the consumer's CommitTimeout.
-func (c *Consumer) commitGeneration(gen *kafka.Generation) commitFunc {
-	return func(offsets map[int]int64) error {
-		return kafkagroup.Commit(gen, c.cfg.Topic, offsets, c.cfg.CommitTimeout)
 	}
 }

@@ -81,6 +81,14 @@ type Config struct {
 	// the timings of the messages it newly covers. Calls for different
 	// partitions may come from different goroutines, never at once.
 	OnCommit func(partition int, offset int64, covered []Timing)
+	// Positions, when set, is written before each offset commit with the
+	// offsets that commit will carry; a failed write stops that commit
+	// (see commitGeneration). Nil writes no positions (the tests, a
+	// consumer without the database that holds its decisions).
+	Positions Positions
+	// OnPositionsFailed, when set, is called once for each failed
+	// Positions write (the commit it stopped is retried at the next one).
+	OnPositionsFailed func()
 }
 
 // withDefaults returns cfg with the default of each zero field filled in

@@ -45,4 +45,7 @@ const (
 	// database role sees of the ledger's durability (Durability).
 	PostgresSynchronousCommit = "billing_postgres_synchronous_commit"
 	PostgresSyncStandbys      = "billing_postgres_sync_standbys"
+	// PositionWritesFailed counts the consumer's position writes that
+	// failed, each of which stopped the Kafka commit it preceded.
+	PositionWritesFailed = "billing_position_writes_failed_total"
 )

@@ -1,0 +1,62 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
+)
+
+// Positions is where the consumer records, before each Kafka offset
+// commit, how far the decisions of each partition reach: in the database
+// that holds the decisions, so that a database which loses its last
+// commits (an asynchronous standby promoted) is seen to be behind Kafka
+// (docs/design.md, "Positions"). internal/postgres implements it.
+type Positions interface {
+	// Advance moves group's positions of topic forward to offsets
+	// (partition: the next offset, the one the Kafka commit will carry),
+	// in one statement that never moves a position backwards; a partition
+	// without a position gets one. It returns only once the write is
+	// durable, or an error. Safe for concurrent use; ctx bounds it.
+	Advance(ctx context.Context, group, topic string, offsets map[int]int64) error
+}
+
+// commitGeneration is the commitFunc of gen's topic: the positions of the
+// partitions first (when Config.Positions is set), then the Kafka commit,
+// both within one CommitTimeout. A position write that fails stops the
+// Kafka commit: the messages stay uncommitted, and are redelivered (and
+// decided as duplicates) only if no later commit succeeds.
+func (c *Consumer) commitGeneration(gen *kafka.Generation) commitFunc {
+	return func(offsets map[int]int64) error {
+		deadline := time.Now().Add(c.cfg.CommitTimeout)
+		if err := c.advancePositions(deadline, offsets); err != nil {
+			return err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("no time left for the offset commit after the positions write (commit timeout %v)", c.cfg.CommitTimeout)
+		}
+		return kafkagroup.Commit(gen, c.cfg.Topic, offsets, left)
+	}
+}
+
+// advancePositions writes offsets to Config.Positions, if any, by deadline;
+// a failure is counted (OnPositionsFailed) and returned.
+func (c *Consumer) advancePositions(deadline time.Time, offsets map[int]int64) error {
+	if c.cfg.Positions == nil {
+		return nil
+	}
+	// Not the generation's context: the final commit runs after it ended.
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if err := c.cfg.Positions.Advance(ctx, c.cfg.GroupID, c.cfg.Topic, offsets); err != nil {
+		if c.cfg.OnPositionsFailed != nil {
+			c.cfg.OnPositionsFailed()
+		}
+		return fmt.Errorf("positions not written, so no offset commit: %w", err)
+	}
+	return nil
+}
