@@ -147,25 +147,20 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-// measureAll runs the parts -only selects, in order, into rep.
-func (b *bench) measureAll(ctx context.Context, rep *report) error {
-	var err error
+// measureAll runs the parts -only selects, in order, into rep, up to the
+// first error.
+func (b *bench) measureAll(ctx context.Context, rep *report) (err error) {
 	if b.o.selected("drain") {
-		if rep.Drains, err = b.runDrains(ctx); err != nil {
-			return fmt.Errorf("drain: %w", err)
+		rep.Drains, err = b.runDrains(ctx)
+	}
+	if b.o.selected("partitions") && err == nil {
+		rep.Partitions, err = b.runPartitions(ctx)
+	}
+	if b.o.selected("recovery") && err == nil {
+		rep.Recovery = &recovery{}
+		if *rep.Recovery, err = b.runRecovery(ctx); err != nil {
+			err = fmt.Errorf("recovery: %w", err)
 		}
 	}
-	if b.o.selected("partitions") {
-		if rep.Partitions, err = b.runPartitions(ctx); err != nil {
-			return fmt.Errorf("partitions: %w", err)
-		}
-	}
-	if b.o.selected("recovery") {
-		rec, err := b.runRecovery(ctx)
-		if err != nil {
-			return fmt.Errorf("recovery: %w", err)
-		}
-		rep.Recovery = &rec
-	}
-	return nil
+	return err
 }

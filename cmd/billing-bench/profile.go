@@ -5,15 +5,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 )
 
-// profiler takes the profiles of -profile (make profile) with go tool pprof
-// from the consumer's BILLING_PPROF_ADDR listener: a CPU profile from its
+// profiler takes the profiles of -profile (make profile) from the
+// consumer's BILLING_PPROF_ADDR listener: a CPU profile from its
 // first finished event on, the steady state of the drain, and at the end
 // its allocation profile (every allocation since it started). A nil
 // *profiler does nothing.
@@ -53,16 +53,26 @@ func (p *profiler) finish(ctx context.Context) error {
 
 // save fetches /debug/pprof/<path> of the consumer into file in p.dir.
 func (p *profiler) save(ctx context.Context, path, file string) error {
-	return pprof(ctx, "-proto", "-output", filepath.Join(p.dir, file), fmt.Sprintf("-timeout=%d", p.seconds+60),
-		"http://"+p.addr+"/debug/pprof/"+path)
-}
-
-// pprof runs go tool pprof with args.
-func pprof(ctx context.Context, args ...string) error {
-	if out, err := exec.CommandContext(ctx, "go", append([]string{"tool", "pprof"}, args...)...).CombinedOutput(); err != nil {
-		return fmt.Errorf("go tool pprof %s: %w: %s", strings.Join(args, " "), err, out)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.addr+"/debug/pprof/"+path, nil)
+	if err != nil {
+		return err
 	}
-	return nil
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("pprof %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(filepath.Join(p.dir, file))
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("pprof %s: %s", path, resp.Status)
+	}
+	if err == nil {
+		_, err = io.Copy(f, resp.Body)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // runProfile drains one default backlog of -profile-backlog records under

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -198,18 +199,13 @@ func (s *stage) measure(sent, charged map[int64]time.Time) {
 		}
 	}
 	slices.Sort(waits)
-	ms := func(q float64) float64 { return float64(percentile(waits, q)) / 1e6 }
-	s.P50MS, s.P99MS, s.MaxMS = ms(0.5), ms(0.99), ms(1)
-}
-
-// percentile returns the q-quantile (0 < q <= 1) of sorted, nearest rank;
-// 0 for none.
-func percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
+	at := func(q float64) float64 { // nearest rank
+		if len(waits) == 0 {
+			return 0
+		}
+		return float64(waits[int(math.Ceil(q*float64(len(waits))))-1]) / 1e6
 	}
-	i := int(float64(len(sorted))*q+0.999999) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
+	s.P50MS, s.P99MS, s.MaxMS = at(0.5), at(0.99), at(1)
 }
 
 // settle waits until the broker describes the group as Stable with two
