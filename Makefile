@@ -27,19 +27,21 @@ lint: ## gofmt, go vet, staticcheck and govulncheck
 	scripts/lint.sh
 
 # BENCH_BASELINE names a binary of the code before a change (e.g.
-# bin/billing-consumer.base): make bench then measures its default mode and
-# recovery in the same sitting and reports before / after / ratio.
-# BENCH_FLAGS adds billing-bench flags (e.g. -scale 0.2 -skip-pgbench).
+# bin/billing-consumer.base): make bench then drains it in pairs with the
+# binary under test, alternated, and reports the median of the paired ratios.
+# BENCH_FLAGS adds billing-bench flags (e.g. -scale 0.1 -only drain).
 BENCH_BASELINE ?=
 BENCH_FLAGS    ?=
 BENCH_SERVICES  = BILLING_DATABASE_URL="$${BILLING_DATABASE_URL:-$$(scripts/pg.sh start)}" BENCH_BROKERS="$$(scripts/kafka.sh start)"
 
-bench: build ## throughput, CPU and allocations per event, latency, memory and recovery of the real binary against real Kafka and Postgres (fsync on); writes docs/benchmarks.md, .svg, .json and the summary in README.md
-	$(BENCH_SERVICES) go run ./cmd/billing-bench -consumer bin/billing-consumer -out docs/benchmarks.md -chart docs/benchmarks.svg \
-		-readme README.md -json docs/benchmarks.json $(if $(BENCH_BASELINE),-baseline $(BENCH_BASELINE)) $(BENCH_FLAGS)
+bench: build ## drain throughput and CPU, allocations and WAL per event, memory by partition count, latency and recovery of the real binary against real Kafka and Postgres (fsync on); writes docs/benchmarks.md and .json
+	$(BENCH_SERVICES) go run ./cmd/billing-bench -consumer bin/billing-consumer -out docs/benchmarks.md -json docs/benchmarks.json \
+		$(if $(BENCH_BASELINE),-baseline $(BENCH_BASELINE)) $(BENCH_FLAGS)
 
-profile: build ## CPU and allocation profiles of the consumer draining a default-mode backlog at 0 ms (bin/profile/cpu.pprof, allocs.pprof), with their top
+profile: build ## CPU and allocation profiles of the consumer draining a backlog at 0 ms (bin/profile/cpu.pprof, allocs.pprof), with their top
 	$(BENCH_SERVICES) go run ./cmd/billing-bench -consumer bin/billing-consumer -profile bin/profile $(BENCH_FLAGS)
+	go tool pprof -top -nodecount=25 bin/profile/cpu.pprof
+	go tool pprof -top -nodecount=25 -sample_index=alloc_space bin/profile/allocs.pprof
 
 chaos: build ## the long fault-injection profile: >=100 kills, >=1000 provider faults, broker and Postgres restarts
 	BILLING_CHAOS_PROFILE=long go test -count=1 -run TestChaos -v -timeout 90m ./e2e

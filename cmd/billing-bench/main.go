@@ -1,35 +1,28 @@
-// Command billing-bench measures the real billing-consumer binary on this
-// machine: throughput draining a backlog, produce-to-commit latency under a
-// steady offered load, and peak memory, for the sequential mode and the
-// default (parallel) mode at three payment-provider latencies, against a
+// Command billing-bench measures the real billing-consumer binary against a
 // real Kafka broker (BENCH_BROKERS), the Postgres of BILLING_DATABASE_URL
-// (fsync on) and the in-process payment-provider simulator. It also runs
-// pgbench with the statements of one billing transaction, to show what
-// Postgres alone allows.
-//
-// It prints a table, writes a Markdown report and an SVG chart, and exits 1
-// when any run broke exactly-once charging. make bench starts the services
-// and runs it.
+// (fsync on) and the payment simulator answering at once: a backlog's
+// drain, per event (drain.go), with -baseline alternated with another
+// binary's; one replica's memory at 12 and 160 partitions (partsweep.go);
+// produce→charge latency of two replicas under a steady load, and across
+// a SIGKILL and a replacement (recovery.go). After every run
+// harness.Verify checks that each order was charged exactly once. It
+// writes the tables (docs/benchmarks.md) and the data (.json), and exits 1
+// when a check failed. make bench runs it, make profile its -profile mode.
 package main
 
 import (
-	"cmp"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/billing-consumer/billing-consumer/internal/redact"
-	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
 )
 
 func main() {
@@ -42,37 +35,69 @@ func main() {
 	}
 }
 
-// mode is a consumer configuration under test.
-type mode struct {
-	name string
-	env  []string // BILLING_* settings on top of the common ones
-	// sequential runs are time-boxed: the backlog is not meant to drain.
-	sequential bool
-	// tls serves the simulator over TLS (tlsprovider.go).
-	tls bool
-	// failing makes one order in 1,000 fail at the provider for a minute
-	// (failing.go).
-	failing bool
+// options are the command-line settings, BILLING_DATABASE_URL and
+// BENCH_BROKERS.
+type options struct {
+	bin, baseline, out, jsonPath, only, profileDir string
+	brokers                                        []string
+	dbURL                                          string
+	scale                                          float64
+	repeat, profileSeconds, profileBacklog         int
+	stageFor                                       time.Duration // of the recovery (recovery.go)
 }
 
-var modes = []mode{
-	{name: "sequential", env: []string{"BILLING_CONCURRENCY=1", "BILLING_BATCH_SIZE=1", "BILLING_KAFKA_COMMIT_INTERVAL=0"}, sequential: true},
-	{name: "default"},
+// logPath is where the consumers' logs go.
+const logPath = "bin/billing-bench.log"
+
+// parts are the names -only accepts.
+var parts = []string{"drain", "partitions", "recovery"}
+
+// selected reports whether -only (empty: every part) names part.
+func (o options) selected(part string) bool {
+	return o.only == "" || slices.Contains(strings.Split(o.only, ","), part)
 }
 
-// latencies are the provider latencies of the runs.
-var latencies = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond}
-
-// backlog is the number of records produced before the consumer starts:
-// about ten seconds of work in the default mode (measured over the middle
-// 60% of its drain: watchBacklog), more than the time box holds in the
-// sequential mode.
-func backlog(m mode, latency time.Duration, scale float64) int {
-	n := map[bool]map[time.Duration]int{
-		true:  {0: 14000, 20 * time.Millisecond: 700, 100 * time.Millisecond: 150},
-		false: {0: 160000, 20 * time.Millisecond: 140000, 100 * time.Millisecond: 64000},
-	}[m.sequential][latency]
-	return max(50, int(float64(n)*scale))
+// parseOptions reads the flags and BILLING_DATABASE_URL and BENCH_BROKERS.
+func parseOptions(args []string) (options, error) {
+	fs := flag.NewFlagSet("billing-bench", flag.ContinueOnError)
+	var o options
+	fs.StringVar(&o.bin, "consumer", "bin/billing-consumer", "the billing-consumer binary under test")
+	fs.StringVar(&o.baseline, "baseline", "", "another binary (the code before a change): its drains alternate with the binary under test's, and the report gives the median of the paired ratios")
+	fs.StringVar(&o.out, "out", "", "write the Markdown tables here (empty: stdout only)")
+	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON here (empty: none)")
+	fs.Float64Var(&o.scale, "scale", 1, "multiplies every backlog and the recovery's stages (at least 10 s): 0.1 for a quick try")
+	fs.IntVar(&o.repeat, "repeat", 3, "drains of each backlog; with -baseline, pairs of drains (at least 4)")
+	fs.StringVar(&o.only, "only", "", "run only these parts, comma-separated: "+strings.Join(parts, ", "))
+	fs.StringVar(&o.profileDir, "profile", "", "profile instead: drain one backlog and write the consumer's cpu.pprof and allocs.pprof here")
+	fs.IntVar(&o.profileSeconds, "profile-seconds", 20, "length of -profile's CPU profile, from the first finished event")
+	fs.IntVar(&o.profileBacklog, "profile-backlog", 500_000, "records of -profile's backlog: enough to outlast -profile-seconds")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case o.repeat < 1 || o.scale <= 0:
+		return o, errors.New("-repeat and -scale must be positive")
+	case o.profileDir != "" && (o.profileSeconds < 1 || o.profileBacklog < 1):
+		return o, errors.New("-profile-seconds and -profile-backlog must be positive")
+	}
+	for _, p := range strings.Split(o.only, ",") {
+		if o.only != "" && !slices.Contains(parts, p) {
+			return o, fmt.Errorf("-only: unknown part %q (known: %s)", p, strings.Join(parts, ", "))
+		}
+	}
+	if o.baseline != "" { // issue 31: at least four pairs
+		o.repeat = max(4, o.repeat)
+	}
+	o.stageFor = max(10*time.Second, time.Duration(float64(stageFor)*o.scale))
+	if o.dbURL = os.Getenv("BILLING_DATABASE_URL"); o.dbURL == "" {
+		return o, errors.New("BILLING_DATABASE_URL: required (make bench starts a local Postgres and sets it)")
+	}
+	if b := strings.TrimSpace(os.Getenv("BENCH_BROKERS")); b != "" {
+		o.brokers = strings.Split(b, ",")
+	} else {
+		return o, errors.New("BENCH_BROKERS: required, the real Kafka broker (make bench runs scripts/kafka.sh start)")
+	}
+	return o, nil
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -80,126 +105,62 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(o.logPath), 0o755); err != nil {
+	began := time.Now()
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return err
 	}
-	logf, err := os.Create(o.logPath)
+	logf, err := os.Create(logPath)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-
-	began := time.Now()
-	var prev *runJSON // read first: a bad file stops the run before it starts
-	if o.jsonPath != "" {
-		if prev, err = readPrevious(o.jsonPath); err != nil {
-			return err
-		}
+	b, err := openBench(ctx, o, logf, stdout)
+	if b != nil {
+		defer b.close()
 	}
-	pool, err := pgxpool.New(ctx, o.dbURL)
-	if err != nil {
-		return fmt.Errorf("open database: %w", err)
-	}
-	defer pool.Close()
-	env, err := describeEnv(ctx, pool, o)
 	if err != nil {
 		return err
-	}
-	fmt.Fprintf(stdout, "billing-bench: %d CPUs, %s RAM, %s, Postgres %s (fsync=%s, synchronous_commit=%s), Kafka %s at %s\n",
-		env.CPUs, env.Memory, env.GoVersion, env.PGVersion, env.Fsync, env.SyncCommit, env.KafkaVersion, strings.Join(o.brokers, ","))
-	if env.Fsync != "on" {
-		return fmt.Errorf("postgres runs with fsync=%s: the numbers would not be those of durable commits", env.Fsync)
-	}
-	if err := kafkatest.CreateTopicErr(ctx, o.brokers, dlqTopic, 3); err != nil {
-		return fmt.Errorf("create topic %s: %w", dlqTopic, err)
-	}
-	fmt.Fprintf(stdout, "migrating %s...\n", redact.String(o.dbURL))
-	for _, command := range []string{"migrate", "retention"} { // retention creates today's dedup partitions
-		if err := runOnce(ctx, o.bin, []string{"BILLING_DATABASE_URL=" + o.dbURL}, logf, command); err != nil {
-			return err
-		}
-	}
-
-	b := &bench{o: o, pool: pool, log: logf, out: stdout, firstOrder: time.Now().UnixMilli() * 1000, svc: findServices(o)}
-	if o.baseline != "" && o.profileDir == "" {
-		var closeBase func()
-		if b.baseURL, b.basePool, closeBase, err = openBaselineDB(ctx, o, pool, o.baseline, logf); err != nil {
-			return err
-		}
-		defer closeBase()
 	}
 	if o.profileDir != "" {
-		if b.prof, err = newProfiler(o.profileDir, o.profileSeconds); err != nil {
-			return err
-		}
 		return b.runProfile(ctx)
 	}
-	rep := report{previous: prev, env: env, opts: o}
-	if err := b.measureAll(ctx, &rep); err != nil {
+	rep := &report{Machine: b.machine, Scale: o.scale, Repeat: o.repeat}
+	if err := b.measureAll(ctx, rep); err != nil {
 		return err
 	}
-	if !o.skipPgbench {
-		if rep.pgbench, err = runPgbench(ctx, o, pool, logf, stdout); err != nil {
-			return fmt.Errorf("pgbench: %w", err)
+	rep.TookS = time.Since(began).Round(time.Second).Seconds()
+	md := rep.markdown()
+	fmt.Fprint(stdout, "\n", md)
+	if o.out != "" {
+		if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
+			return err
 		}
 	}
-	rep.took = time.Since(began)
-	rep.printTable(stdout)
-	if err := rep.write(stdout); err != nil {
-		return err
+	if o.jsonPath != "" {
+		if err := rep.writeJSON(o.jsonPath); err != nil {
+			return err
+		}
 	}
-	if f := rep.failures(); len(f) > 0 {
+	if f := rep.problems(); len(f) > 0 {
 		return fmt.Errorf("exactly-once charging violated: %s", strings.Join(f, "; "))
 	}
 	return nil
 }
 
-// findServices finds the processes of the Kafka broker (o.brokers[0]) and
-// of the Postgres server (BILLING_DATABASE_URL) by their listening ports,
-// for the CPU accounting.
-func findServices(o options) services {
-	var svc services
-	if _, port, ok := strings.Cut(o.brokers[0], ":"); ok {
-		if p, err := strconv.Atoi(port); err == nil {
-			svc.kafka = listenerPID(p)
+// measureAll runs the parts -only selects, in order, into rep, up to the
+// first error.
+func (b *bench) measureAll(ctx context.Context, rep *report) (err error) {
+	if b.o.selected("drain") {
+		rep.Drains, err = b.runDrains(ctx)
+	}
+	if b.o.selected("partitions") && err == nil {
+		rep.Partitions, err = b.runPartitions(ctx)
+	}
+	if b.o.selected("recovery") && err == nil {
+		rep.Recovery = &recovery{}
+		if *rep.Recovery, err = b.runRecovery(ctx); err != nil {
+			err = fmt.Errorf("recovery: %w", err)
 		}
 	}
-	if u, err := url.Parse(o.dbURL); err == nil {
-		p, _ := strconv.Atoi(cmp.Or(u.Port(), "5432"))
-		svc.postgres = listenerPID(p)
-	}
-	return svc
-}
-
-// write writes the chart, the report and the README summary the options
-// ask for.
-func (r report) write(stdout io.Writer) error {
-	if r.opts.chart != "" {
-		if err := os.WriteFile(r.opts.chart, []byte(chartSVG(r.results)), 0o644); err != nil {
-			return err
-		}
-	}
-	if r.opts.out != "" {
-		if err := os.WriteFile(r.opts.out, []byte(r.markdown(r.opts.chart)), 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "wrote %s", r.opts.out)
-		if r.opts.chart != "" {
-			fmt.Fprintf(stdout, " and %s", r.opts.chart)
-		}
-		fmt.Fprintln(stdout)
-	}
-	if r.opts.readme != "" {
-		if err := writeReadme(r.opts.readme, r.readmeSummary()); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "rewrote the summary in %s\n", r.opts.readme)
-	}
-	if r.opts.jsonPath != "" {
-		if err := writeJSON(r.opts.jsonPath, r.json(time.Now())); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "wrote %s\n", r.opts.jsonPath)
-	}
-	return nil
+	return err
 }

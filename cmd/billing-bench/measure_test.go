@@ -1,113 +1,87 @@
 package main
 
 import (
-	"encoding/xml"
-	"errors"
-	"io"
-	"strings"
+	"math"
 	"testing"
 	"time"
 )
 
-var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9*max(1, math.Abs(b)) }
 
-func at(ms int, committed ...int64) sample {
-	return sample{at: t0.Add(time.Duration(ms) * time.Millisecond), committed: committed}
-}
-
-func TestMeasureThroughput(t *testing.T) {
-	samples := []sample{
-		at(0, 0, 0), at(20, 0, 0), // group joining
-		at(1000, 100, 50),  // first advance: 150 done before the window
-		at(1020, 100, 50),  //
-		at(2000, 300, 250), //
-		at(3000, 500, 400), // last advance: 900
-		at(3020, 500, 400), // idle afterwards: not in the window
-	}
-	tests := []struct {
-		name      string
-		until     time.Time
-		rate      float64
-		committed int64
-		window    time.Duration
-	}{
-		{"drained", time.Time{}, 750.0 / 2, 900, 2 * time.Second},
-		{"time box", t0.Add(2500 * time.Millisecond), 400, 550, time.Second},
-		{"time box before any commit", t0.Add(10 * time.Millisecond), 0, 0, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := measureThroughput(samples, tt.until)
-			if got.Rate != tt.rate || got.Committed != tt.committed || got.Window != tt.window {
-				t.Errorf("got rate %v, committed %d, window %v; want %v, %d, %v", got.Rate, got.Committed, got.Window, tt.rate, tt.committed, tt.window)
-			}
-		})
-	}
-}
-
-func TestCommitLatencies(t *testing.T) {
-	samples := []sample{at(0, 0, 0), at(20, 1, 0), at(40, 1, 0), at(60, 3, 1)}
-	recs := []record{
-		{partition: 0, offset: 0, time: t0.Add(-5 * time.Millisecond)}, // committed at 20 ms
-		{partition: 0, offset: 2, time: t0.Add(10 * time.Millisecond)}, // committed at 60 ms
-		{partition: 1, offset: 0, time: t0.Add(30 * time.Millisecond)}, // committed at 60 ms
-		{partition: 1, offset: 1, time: t0},                            // never seen committed
-	}
-	got, missing := commitLatencies(samples, recs)
-	want := []time.Duration{25 * time.Millisecond, 30 * time.Millisecond, 50 * time.Millisecond}
-	if missing != 1 || len(got) != len(want) {
-		t.Fatalf("got %v, %d missing; want %v, 1 missing", got, missing, want)
-	}
+func TestPerEventDividesTheWindowByTheEventsFinishedInIt(t *testing.T) {
+	t0 := time.Now()
+	a := reading{at: t0, finished: 1000, cpu: 2, mallocs: 1e5, allocs: 1e7, pgCPU: 1, wal: 1e6}
+	z := reading{at: t0.Add(2 * time.Second), finished: 3000, cpu: 2.2, mallocs: 3e5, allocs: 3e7, pgCPU: 1.1, wal: 3e6}
+	var d drain
+	d.perEvent(a, z)
+	got := []float64{float64(d.Events), d.WindowS, d.EventsPerS, d.CPU, d.PGCPU, d.WAL, d.Allocs, d.AllocBytes}
+	want := []float64{2000, 2, 1000, 100, 50, 1000, 100, 10000}
 	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("latency %d = %v, want %v", i, got[i], want[i])
+		if !near(got[i], want[i]) {
+			t.Errorf("figure %d = %v, want %v (all: %v)", i, got[i], want[i], got)
 		}
+	}
+	var none drain
+	if none.perEvent(a, a); none.EventsPerS != 0 || none.CPU != 0 {
+		t.Errorf("no event finished, got %+v", none)
 	}
 }
 
-func TestPercentile(t *testing.T) {
-	var d []time.Duration
-	for i := 1; i <= 100; i++ {
-		d = append(d, time.Duration(i)*time.Millisecond)
+func TestMedianRatioPairsTheDrainsWhicheverRanFirst(t *testing.T) {
+	under := func(cpu float64) drain { return drain{Binary: "under test", CPU: cpu} }
+	base := func(cpu float64) drain { return drain{Binary: "baseline", CPU: cpu} }
+	// Pairs AB, BA, AB, BA with ratios 1.1, 0.9, 1.2, 1.0.
+	drains := []drain{under(110), base(100), base(100), under(90), under(120), base(100), base(50), under(50)}
+	if got := medianRatio(drains, compared[1]); !near(got, 1.05) {
+		t.Errorf("median of the paired ratios = %v, want 1.05", got)
 	}
-	if p := percentile(d, 0.5); p != 50*time.Millisecond {
-		t.Errorf("p50 = %v, want 50ms", p)
-	}
-	if p := percentile(d, 0.99); p != 99*time.Millisecond {
-		t.Errorf("p99 = %v, want 99ms", p)
-	}
-	if p := percentile(nil, 0.5); p != 0 {
-		t.Errorf("p50 of nothing = %v, want 0", p)
+	if got := medianRatio([]drain{under(1), under(2)}, compared[1]); got != 0 {
+		t.Errorf("drains of one binary have no ratio, got %v", got)
 	}
 }
 
-func TestChartIsWellFormedSVG(t *testing.T) {
-	var results []result
-	for _, m := range modes {
-		for i, l := range latencies {
-			results = append(results, result{Mode: m.name, Latency: l, TP: throughput{Rate: float64(10 * (i + 1))}})
-		}
+func TestSummarizeKeepsTheMedianDrainAndTheLargestPeaks(t *testing.T) {
+	runs := []drain{
+		{EventsPerS: 3, CPU: 30, PeakRSS: 10, PeakFDs: 7},
+		{EventsPerS: 1, CPU: 10, PeakHeap: 50, Problems: []string{"x"}},
+		{EventsPerS: 2, CPU: 20, PeakGoroutines: 9, Problems: []string{"y"}},
 	}
-	svg := chartSVG(results)
-	dec := xml.NewDecoder(strings.NewReader(svg))
-	for {
-		_, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("not well-formed XML: %v\n%s", err, svg)
-		}
+	s := summarize(runs)
+	if s.EventsPerS != 2 || s.CPU != 20 || s.PeakRSS != 10 || s.PeakHeap != 50 || s.PeakGoroutines != 9 || s.PeakFDs != 7 || len(s.Problems) != 2 {
+		t.Errorf("summarize = %+v", s)
 	}
-	if got := strings.Count(svg, "<rect x="); got != len(results)+len(modes) {
-		t.Errorf("%d bars and legend boxes, want %d", got, len(results)+len(modes))
+	if runs[2].PeakRSS != 0 {
+		t.Error("summarize changed its input")
 	}
 }
 
-func TestThousands(t *testing.T) {
-	for in, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 4217.4: "4,217", 1234567: "1,234,567"} {
-		if got := thousands(in); got != want {
-			t.Errorf("thousands(%v) = %q, want %q", in, got, want)
-		}
+func TestStageMeasuresTheOrdersSentInIt(t *testing.T) {
+	t0 := time.Now()
+	s := stage{from: t0, to: t0.Add(time.Second)}
+	sent, charged := map[int64]time.Time{}, map[int64]time.Time{}
+	for order, wait := range map[int64]time.Duration{1: 10, 2: 20, 3: 30, 4: 1000} {
+		sent[order] = t0.Add(time.Duration(order) * time.Millisecond)
+		charged[order] = sent[order].Add(wait * time.Millisecond)
+	}
+	sent[5] = t0.Add(500 * time.Millisecond) // never charged: the exactly-once check's
+	sent[6], charged[6] = t0.Add(-time.Millisecond), t0.Add(time.Hour)
+	s.measure(sent, charged)
+	if s.Orders != 5 || !near(s.P50MS, 20) || !near(s.P99MS, 1000) || !near(s.MaxMS, 1000) {
+		t.Errorf("stage = %+v", s)
+	}
+}
+
+func TestParseOptions(t *testing.T) {
+	t.Setenv("BILLING_DATABASE_URL", "postgres://x@localhost/db")
+	t.Setenv("BENCH_BROKERS", "localhost:9092")
+	o, err := parseOptions([]string{"-baseline", "bin/old", "-scale", "0.1", "-only", "drain,recovery"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.repeat != 4 || o.stageFor != 10*time.Second || !o.selected("recovery") || o.selected("partitions") {
+		t.Errorf("options = %+v", o)
+	}
+	if _, err := parseOptions([]string{"-only", "drains"}); err == nil {
+		t.Error("-only drains (no such part) accepted")
 	}
 }

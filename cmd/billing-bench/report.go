@@ -1,273 +1,144 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
-	"io"
-	"path/filepath"
+	"os"
+	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
-// report is everything the Markdown report and the table show.
+// report is everything a run measured: the JSON as it is, and the source of
+// the Markdown tables.
 type report struct {
-	env     machine
-	opts    options
-	results []result
-	// baseline are the runs of the -baseline binary (default mode only).
-	baseline []result
-	sweep    []result    // the backlog-size sweep (default mode, 0 ms)
-	parts    []partRow   // the partition sweep (partsweep.go)
-	previous *runJSON    // the previous run's -json, if any
-	recovery []recovery  // the recovery scenario, of the binary under test then of the baseline
-	failing  *failingRun // the row with failing orders (failing.go); nil when not run
-	pgbench  []pgbenchResult
-	took     time.Duration
+	Machine    machine   `json:"machine"`
+	Date       time.Time `json:"date"`
+	TookS      float64   `json:"took_s"`
+	Scale      float64   `json:"scale"`
+	Repeat     int       `json:"repeat"`
+	Drains     []drain   `json:"drains,omitempty"` // with -baseline, in pairs (runDrains)
+	Partitions []drain   `json:"partitions,omitempty"`
+	Recovery   *recovery `json:"recovery,omitempty"`
 }
 
-func (r report) find(mode string, latency time.Duration) (result, bool) {
-	for _, x := range r.results {
-		if x.Mode == mode && x.Latency == latency {
-			return x, true
-		}
+// problems are the failed checks of every run.
+func (r *report) problems() []string {
+	var out []string
+	for _, d := range slices.Concat(r.Drains, r.Partitions) {
+		out = append(out, d.Problems...)
 	}
-	return result{}, false
+	if r.Recovery != nil {
+		out = append(out, r.Recovery.Problems...)
+	}
+	return out
 }
 
-// all are the results of every backlog measured: the runs of the table,
-// of the sweep and of the baseline.
-func (r report) all() []result {
-	return append(append(append([]result{}, r.results...), r.sweep...), r.baseline...)
-}
-
-func ms(d time.Duration) string {
-	if d == 0 {
-		return "0 ms"
+// writeJSON writes the report to path.
+func (r *report) writeJSON(path string) error {
+	r.Date = time.Now().UTC().Truncate(time.Second)
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
 	}
-	if d >= 10*time.Millisecond {
-		return fmt.Sprintf("%.0f ms", float64(d)/1e6)
-	}
-	return fmt.Sprintf("%.1f ms", float64(d)/1e6)
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 func mb(b int64) string { return fmt.Sprintf("%.0f MB", float64(b)/1e6) }
 
-// printTable writes the results table to w.
-func (r report) printTable(w io.Writer) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "mode\tprovider latency\tevents/s\tCPU µs/event\tallocs/event\tKiB/event\tcommitted\twindow\tsteady load\tp50\tp99\tpeak RSS\tin provider\tCPU cores: consumer / postgres / kafka / harness / other / idle\t")
-	for _, x := range append(append([]result{}, r.results...), r.baseline...) {
-		fmt.Fprintf(tw, "%s%s\t%s\t%.0f\t%.0f\t%.0f\t%.1f\t%d\t%.1f s\t%.0f/s\t%s\t%s\t%s\t%.1f\t%.2f / %.2f / %.2f / %.2f / %.2f / %.2f\t\n",
-			x.Mode, x.binLabel(), ms(x.Latency), x.TP.Rate, x.Cost.CPUPerEvent(), x.Cost.AllocsPerEvent(), x.Cost.BytesPerEvent()/1024,
-			x.TP.Committed, x.Cost.Window.Seconds(), x.SteadyRate,
-			ms(x.P50), ms(x.P99), mb(x.PeakRSS), x.InFlight, x.CPU.Consumer, x.CPU.Postgres, x.CPU.Kafka, x.CPU.Harness, x.CPU.Other, x.CPU.Idle)
-	}
-	tw.Flush()
-	for _, p := range r.pgbench {
-		fmt.Fprintf(w, "pgbench, billing transaction, -c %d -j %d: %.0f tps (latency average %.2f ms, %d transactions, %d failed)\n",
-			p.Clients, p.Threads, p.TPS, p.LatencyAvg, p.Transactions, p.Failed)
-	}
-	if s, ok := r.speedup(); ok {
-		fmt.Fprintf(w, "speedup default/sequential at 20 ms: %.0fx\n", s)
-	}
-	for _, t := range r.targets() {
-		fmt.Fprintf(w, "target %-38s %-22s %s\n", t.name, t.measured, t.verdict())
-	}
-	r.printSweep(w)
-	r.printPartitions(w)
-	r.printRecovery(w)
-	r.printFailing(w)
-	fmt.Fprintf(w, "bench took %s\n", r.took.Round(time.Second))
-}
-
-func (r report) speedup() (float64, bool) {
-	seq, ok1 := r.find("sequential", speedupLatency)
-	def, ok2 := r.find("default", speedupLatency)
-	if !ok1 || !ok2 || seq.TP.Rate == 0 {
-		return 0, false
-	}
-	return def.TP.Rate / seq.TP.Rate, true
-}
-
-// target is one line of the Targets table.
-type target struct {
-	name, measured string
-	met            bool
-	unmeasured     bool // the run did not measure it (e.g. no -baseline): neither met nor not
-}
-
-func (t target) verdict() string {
-	if t.unmeasured {
-		return "not measured"
-	}
-	if t.met {
-		return "met"
-	}
-	return "NOT met"
-}
-
-// targets compares the results with the project's throughput and memory
-// targets.
-func (r report) targets() []target {
-	var ts []target
-	for _, want := range []struct {
-		latency time.Duration
-		rate    float64
-	}{{0, 5000}, {20 * time.Millisecond, 3000}, {100 * time.Millisecond, 1000}} {
-		if x, ok := r.find("default", want.latency); ok {
-			ts = append(ts, target{fmt.Sprintf("default, %s: >= %.0f events/s", ms(want.latency), want.rate),
-				fmt.Sprintf("%.0f events/s", x.TP.Rate), x.TP.Rate >= want.rate, false})
-		}
-	}
-	if s, ok := r.speedup(); ok {
-		ts = append(ts, target{"default/sequential at 20 ms: >= 100x", fmt.Sprintf("%.0fx", s), s >= 100, false})
-	}
-	var peak int64
-	for _, x := range append(append([]result{}, r.results...), r.sweep...) {
-		peak = max(peak, x.PeakRSS)
-	}
-	ts = append(ts, r.issue14Targets()...)
-	ts = append(ts, target{"peak RSS < 150 MB", mb(peak), peak < 150e6, peak == 0}) // 0: no mode or sweep row ran
-	ts = append(ts, r.sweepTargets()...)
-	ts = append(ts, r.partitionTargets()...)
-	ts = append(ts, r.recoveryTargets()...)
-	return append(ts, r.failingTargets()...)
-}
-
-// markdown renders docs/benchmarks.md; chart is the path of the SVG,
-// linked relative to the report.
-func (r report) markdown(chart string) string {
+// markdown renders docs/benchmarks.md: the machine and one table per part.
+func (r *report) markdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	e := r.env
-	p("# Benchmarks\n\n")
-	p("Generated by `make bench` (cmd/billing-bench) on %s; the whole run took %s. "+
-		"Re-run it to refresh this file and the chart; do not edit them by hand.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), r.took.Round(time.Second))
-	p("## Machine\n\n| | |\n|---|---|\n")
-	p("| CPUs | %d × %s |\n| Memory | %s |\n| Kernel | Linux %s |\n| Load average at start | %s |\n", e.CPUs, e.CPUModel, e.Memory, e.Kernel, e.LoadAvg)
-	p("| Go | %s (consumer: %s) |\n", e.GoVersion, e.Consumer)
-	p("| Postgres | %s, `fsync=%s`, `synchronous_commit=%s` (scripts/pg.sh, same machine) |\n", e.PGVersion, e.Fsync, e.SyncCommit)
-	p("| Kafka | %s, one KRaft broker+controller (scripts/kafka.sh, same machine) |\n\n", e.KafkaVersion)
-	p("Kafka, Postgres, the payment-provider simulator, this harness and the consumer all share these %d CPUs.\n\n", e.CPUs)
-
-	r.method(&b)
-
-	p("## Results\n\n")
-	if chart != "" {
-		p("![events/s per provider latency, sequential vs default (log scale)](%s)\n\n", filepath.Base(chart))
+	m := r.Machine
+	p("# Benchmarks\n\nWritten by `make bench` (cmd/billing-bench) on %s in %v; do not edit it by hand. "+
+		"What each figure is and how it is measured: [performance.md](performance.md).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"),
+		time.Duration(r.TookS)*time.Second)
+	p("On %d × %s (shared by Kafka, Postgres, the simulator, the bench and the consumer; load average %s at the start): %s",
+		m.CPUs, m.CPUModel, m.LoadAvg, m.Consumer)
+	if m.Baseline != "" {
+		p(", baseline %s", m.Baseline)
 	}
-	r.resultsMarkdown(&b)
-	r.baselineMarkdown(&b)
-	r.previousMarkdown(&b)
-	r.sweepMarkdown(&b)
-	r.partitionsMarkdown(&b)
-	p("\nWhile the backlog drained: CPU used, in cores (CPU-seconds per second; %d in all), and the mean number of charges in progress "+
-		"at the simulator (sampled every 20 ms):\n\n", e.CPUs)
-	p("| mode | provider latency | consumer | postgres | kafka | harness + simulator | other | idle | charges in progress |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, x := range r.results {
-		c := x.CPU
-		p("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f |\n", x.Mode, ms(x.Latency), c.Consumer, c.Postgres, c.Kafka, c.Harness, c.Other, c.Idle, x.InFlight)
+	p("; Postgres %s with `fsync=%s` (scripts/pg.sh); %s, one KRaft node (scripts/kafka.sh).\n", m.Postgres, m.Fsync, m.Kafka)
+	if ds := r.Drains; len(ds) > 0 {
+		p("\n## Drain\n\nThe binary's defaults, the provider answering at once, a backlog of %d records on %d partitions; "+
+			"figures per event over the middle %.0f%% of the drain.\n\n", ds[0].Backlog, ds[0].Partitions, 100*(steadyTo-steadyFrom))
+		r.drainTable(&b)
 	}
-	var notes []string
-	for _, x := range r.all() {
-		for _, n := range append(append([]string{}, x.problems...), x.notes...) {
-			notes = append(notes, fmt.Sprintf("%s at %s (%d records%s): %s", x.Mode, ms(x.Latency), x.Backlog, x.binLabel(), n))
-		}
+	if len(r.Partitions) > 0 {
+		r.partitionTable(&b)
 	}
-	for _, rec := range r.recovery {
-		for _, n := range rec.notes {
-			notes = append(notes, fmt.Sprintf("recovery (%s): %s", rec.label(), n))
-		}
+	if r.Recovery != nil {
+		r.recoveryTable(&b)
 	}
-	if len(notes) > 0 {
-		p("\nProblems and notes of this run:\n\n")
-		for _, n := range notes {
-			p("- %s\n", n)
-		}
+	p("\n## Exactly once\n\n")
+	if f := r.problems(); len(f) > 0 {
+		p("FAILED:\n\n- %s\n", strings.Join(f, "\n- "))
 	} else {
-		total := 0
-		for _, x := range r.all() {
-			total += x.Charges
-		}
-		p("\nEvery run charged each committed order exactly once: %d orders checked against the simulator (no order charged twice) and the ledger.\n", total)
+		p("After every run, each order was charged exactly once at the simulator with one settled ledger row naming that charge, " +
+			"and every record was committed (harness.Verify).\n")
 	}
-
-	r.recoveryMarkdown(&b)
-	r.failingMarkdown(&b)
-
-	p("\n## Targets\n\n| target | measured | |\n|---|---:|---|\n")
-	for _, t := range r.targets() {
-		p("| %s | %s | %s |\n", t.name, t.measured, t.verdict())
-	}
-
-	if len(r.pgbench) > 0 {
-		p("\n## Postgres alone: pgbench\n\n")
-		p("The statements of one billing transaction (internal/billing, internal/dedup) without the payment call, as a pgbench script "+
-			"(`-n -M prepared -T %d`), against a freshly migrated scratch database with today's `processed_event` partition: "+
-			"`BEGIN`; `INSERT INTO processed_event … ON CONFLICT DO NOTHING` with a UUIDv7-shaped event id built from `now()`; "+
-			"`INSERT INTO charge … ON CONFLICT DO NOTHING` with a random order id; `UPDATE charge SET provider_charge_id …`; `COMMIT` (one fsync'd WAL flush). "+
-			"Nothing else runs during pgbench: Kafka is idle and no consumer is running.\n\n", int(pgbenchFor.Seconds()))
-		p("| clients | threads | transactions/s | latency average | transactions |\n|---:|---:|---:|---:|---:|\n")
-		for _, x := range r.pgbench {
-			p("| %d | %d | **%.0f** | %.2f ms | %d |\n", x.Clients, x.Threads, x.TPS, x.LatencyAvg, x.Transactions)
-		}
-	}
-	r.discussion(&b)
 	return b.String()
 }
 
-func (r report) method(b *strings.Builder) {
-	o := r.opts
-	fmt.Fprintf(b, `## Method
-
-- Two modes of the real binary (bin/billing-consumer run, a subprocess): **sequential** (BILLING_CONCURRENCY=1, BILLING_BATCH_SIZE=1, BILLING_KAFKA_COMMIT_INTERVAL=0:
-  one event at a time, its offset committed after it) and **default** (the binary's defaults: BILLING_CONCURRENCY=%d, up to %d events per billing transaction, offsets committed every 1 s).
-- Three provider latencies: the in-process payment-provider simulator (internal/testkit/paysim) answers every charge after 0, 20 or 100 ms, without errors.
-- Each run gets a fresh topic of %d partitions, a fresh consumer group and a fresh range of order ids. A backlog (internal/testkit/harness.Generate:
-  valid events only, no duplicates, each a distinct order) is produced **before** the consumer starts. Before each run the bench
-  runs `+"`VACUUM (ANALYZE)`"+` on the database the run bills into (as pgbench does before its runs), so that an autovacuum of the
-  earlier runs' ledger rows does not land in a measured window.
-- **events/s**: in the default mode, the events the consumer finished (its billing_events_total, every result) per second in the
-  **measured window**, the middle of the drain: the window opens when the consumer has finished %.0f%% of the backlog and closes at
-  %.0f%%, both seen in its /metrics, scraped every %v. About as many events are in flight at both ends (fetched, decoded, claimed,
-  at the provider), so the window is steady state: the process start, the group join, the first fetches and the tail of partly
-  filled batches stay out, and no commit tick quantises it. The group's committed offsets are polled every %v (one OffsetFetch
-  request on a kept-open connection) for the exactly-once check, the latencies and the sequential mode: it is stopped %v after its
-  first committed-offset advance, and its events/s = (committed at the last advance − committed at the first) / (time between them).
-- **Repeated drains**: each default-mode backlog (the table, the baseline, the sweep) is drained %d times, each time on a fresh topic
-  with a fresh consumer and its own exactly-once check; the drain with the median events/s is reported (all its figures), and
-  the range of all %d drains follows in parentheses. The sequential mode runs once: one event at a time varies little.
-- **p50 / p99 produce→commit**: a second consumer process on a second fresh topic, after it has joined its group, gets a steady offered load
-  of half the measured events/s (capped at %.0f/s; at least 10 records) for %v, each record's Kafka timestamp set to its send time.
-  The records are read back afterwards (offset, timestamp) and matched with the polled committed offsets: a record's latency is the
-  first poll at which its partition's committed offset had passed it, minus its timestamp. The poll interval (%v) bounds the resolution,
-  and in the default mode so does the 1 s commit interval: a finished event waits up to 1 s for the next commit.
-- **CPU µs/event, allocs/event, KiB allocated/event** (the consumer process alone): at the two ends of the measured window (the
-  sequential mode's: its first committed-offset advance, within one poll interval, and the end of its time box) the harness reads the
-  consumer's user+system time from /proc/<pid>/stat (10 ms ticks) and then, in one /metrics scrape, the events it has finished
-  (billing_events_total) and its go_memstats_mallocs_total and go_memstats_alloc_bytes_total (the Go collector). Each figure is the
-  difference between the two readings divided by the events finished between them, counted at the same instants as the cost. The
-  window's own scrapes (every %v) fall inside it, as they would under a Prometheus server scraping fast. The CPU of the other
-  processes (cores, below) is read at the same two instants.
-- **peak RSS**: VmHWM of the consumer process from /proc just before it is stopped (SIGTERM), the larger of the two processes of a run.
-- **Correctness**: after each clean stop, the orders of exactly the committed records must have been charged, each once, at the simulator
-  (no order charged twice) and have a ledger row with the provider's charge id; the bench fails otherwise.
-`, r.env.Defaults.Concurrency, r.env.Defaults.BatchSize, partitions, 100*steadyFrom, 100*steadyTo, scrapeEvery, o.poll, o.timebox,
-		o.repeat, o.repeat, o.steadyCap, o.steadyFor, o.poll, scrapeEvery)
-	fmt.Fprintln(b)
+// drainTable writes one row per drain and, with -baseline, the medians of
+// the paired ratios; without, the median of each compared column.
+func (r *report) drainTable(b *strings.Builder) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("| drain | events/s | consumer CPU µs/event | Postgres CPU µs/event | WAL bytes/event | allocs/event | KiB allocated/event | peak RSS | measured window |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	paired := len(r.Drains) > 1 && r.Drains[0].Binary != r.Drains[1].Binary
+	for i, d := range r.Drains {
+		label := fmt.Sprint(i + 1)
+		if paired {
+			label = fmt.Sprintf("pair %d, %s", i/2+1, d.Binary)
+		}
+		p("| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %s | %d events in %.1f s |\n", label, d.EventsPerS, d.CPU, d.PGCPU,
+			d.WAL, d.Allocs, d.AllocBytes/1024, mb(d.PeakRSS), d.Events, d.WindowS)
+	}
+	if paired {
+		p("| **under test / baseline: median of the %d paired ratios** |", len(r.Drains)/2)
+	} else {
+		p("| **median** |")
+	}
+	for _, m := range compared {
+		var xs []float64
+		for _, d := range r.Drains {
+			xs = append(xs, m.of(d))
+		}
+		if paired {
+			p(" **%.2f×** |", medianRatio(r.Drains, m))
+		} else {
+			p(" **%.0f** |", median(xs))
+		}
+	}
+	p(" | | |\n")
 }
 
-// resultsMarkdown writes the results table: one row per mode and provider
-// latency.
-func (r report) resultsMarkdown(b *strings.Builder) {
+// partitionTable writes the partition sweep.
+func (r *report) partitionTable(b *strings.Builder) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	p("| mode | provider latency | events/s | CPU µs/event | allocs/event | KiB allocated/event | events committed | measured window | steady load | p50 produce→commit | p99 produce→commit | peak RSS |\n")
-	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, x := range r.results {
-		p("| %s | %s | **%.0f**%s | %.0f%s | %.0f | %.1f | %d | %d events in %.1f s | %.0f/s × %d | %s | %s | %s |\n", x.Mode, ms(x.Latency), x.TP.Rate,
-			x.spread(spreadRate), x.Cost.CPUPerEvent(), x.spread(spreadCPU), x.Cost.AllocsPerEvent(), x.Cost.BytesPerEvent()/1024, x.TP.Committed,
-			x.Cost.Events, x.Cost.Window.Seconds(), x.SteadyRate, x.SteadyRecords, ms(x.P50), ms(x.P99), mb(x.PeakRSS))
+	p("\n## Cost by partition count\n\nOne replica drains %d records from a topic of each partition count, with its defaults and the pod's "+
+		"`GOMEMLIMIT=%s` (deploy/base), the provider answering at once; each row is the median of %d drains, its peaks the largest "+
+		"(RSS: VmHWM; heap in use, goroutines and open fds: the consumer's /metrics every %v).\n\n", r.Partitions[0].Backlog, podGoMemLimit, r.Repeat, scrapeEvery)
+	p("| partitions | producer | events/s | consumer CPU µs/event | peak RSS | peak heap in use | peak goroutines | peak open fds |\n")
+	p("|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, d := range r.Partitions {
+		p("| %d | %s | %.0f | **%.0f** | **%s** | **%s** | %d | %d |\n", d.Partitions, d.Batching, d.EventsPerS, d.CPU,
+			mb(d.PeakRSS), mb(d.PeakHeap), d.PeakGoroutines, d.PeakFDs)
+	}
+}
+
+// recoveryTable writes the recovery scenario's stages.
+func (r *report) recoveryTable(b *strings.Builder) {
+	rec := r.Recovery
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("\n## Latency and recovery\n\nTwo replicas with their defaults share one group on a topic of %d partitions under a steady load "+
+		"of %.0f orders/s; the provider answers at once. An order's wait runs from its record's send to the provider's receipt of its "+
+		"charge; each stage holds the orders sent in it (a stage is its disturbance, then the load alone to %v).\n\n",
+		drainPartitions, rec.Rate, time.Duration(rec.StageS)*time.Second)
+	p("| stage | orders sent | p50 wait | p99 wait | longest wait |\n|---|---:|---:|---:|---:|\n")
+	for _, s := range rec.Stages {
+		p("| %s | %d | %.0f ms | %.0f ms | **%.1f s** |\n", s.Name, s.Orders, s.P50MS, s.P99MS, s.MaxMS/1000)
 	}
 }
