@@ -71,3 +71,29 @@ func TestSequentialModeRetriesAFailedPositionsWriteWhileIdle(t *testing.T) {
 	t.Fatalf("partition 0 idle for 10s after a failed position write: committed %d, lag %d, %d position writes; "+
 		"want the commit retried (committed 3)", l.Committed, l.Lag, port.count())
 }
+
+// The final commit of a revoke (now a position write and the Kafka commit)
+// runs after the drain, while kafka-go sends no heartbeat: DrainTimeout's
+// doc says "the drain and the final commit must fit in SessionTimeout", and
+// design.md that sharing CommitTimeout keeps "the drain's bound (below the
+// session timeout) unchanged". With the service's defaults (session 6s,
+// drain 3s, heartbeat 500ms; CommitTimeout left at its 10s default, which
+// cmd/billing-consumer never sets) the final flush may take 10s of the 2.5s
+// left: a position write slower than that costs the membership, and the
+// Kafka commit after it is refused (the position is written, the records
+// are redelivered). Validate should refuse such a budget, or the final
+// flush be bounded by what is left of the session.
+func TestFinalCommitBudgetFitsTheSessionLeftAfterTheDrain(t *testing.T) {
+	cfg := Config{Brokers: []string{"127.0.0.1:1"}, Topic: "t", GroupID: "g", Logger: testLogger(t).Logger,
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 12 * time.Second, HeartbeatInterval: 500 * time.Millisecond,
+		DrainTimeout: 3 * time.Second, Positions: &failNth{}}
+	c, err := New(cfg, func(context.Context, kafka.Message) error { return nil })
+	if err != nil {
+		return // refused: fine
+	}
+	left := c.cfg.SessionTimeout - c.cfg.DrainTimeout - c.cfg.HeartbeatInterval
+	if c.cfg.CommitTimeout > left {
+		t.Fatalf("New accepted CommitTimeout %v for the final positions write and commit, with %v of the session left after the drain",
+			c.cfg.CommitTimeout, left)
+	}
+}
