@@ -42,8 +42,11 @@ type Config struct {
 	// drain and the final commit must fit in SessionTimeout (and in
 	// RebalanceTimeout); Validate rejects a DrainTimeout that does not.
 	DrainTimeout time.Duration
-	// CommitTimeout bounds one offset commit, so a hung broker cannot hold
-	// up a shutdown.
+	// CommitTimeout bounds one offset commit (the positions write and the
+	// Kafka commit together), so a hung broker or database cannot hold up
+	// a shutdown or cost the membership. Zero: 10s, or what the session
+	// leaves after the drain and a heartbeat interval, if less (see
+	// defaultCommitTimeout).
 	CommitTimeout time.Duration
 
 	// SessionTimeout is how long the coordinator waits for a heartbeat
@@ -102,9 +105,6 @@ func (cfg Config) withDefaults() Config {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 10 * time.Second
 	}
-	if cfg.CommitTimeout <= 0 {
-		cfg.CommitTimeout = 10 * time.Second
-	}
 	if cfg.MaxRecordBytes <= 0 {
 		cfg.MaxRecordBytes = 1 << 20
 	}
@@ -126,8 +126,26 @@ func (cfg Config) withDefaults() Config {
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = 3 * time.Second
 	}
+	if cfg.CommitTimeout <= 0 {
+		cfg.CommitTimeout = defaultCommitTimeout(cfg.SessionTimeout, cfg.DrainTimeout, cfg.HeartbeatInterval)
+	}
 	return cfg
 }
+
+// defaultCommitTimeout is CommitTimeout's default: 10s, or less when the
+// session leaves less after the drain. A generation's final flush (the
+// positions write and the Kafka commit) runs after its drain, while
+// kafka-go sends no heartbeat, so the drain and that flush together must
+// fit in the session, less one heartbeat interval of slack; with the
+// service's defaults (session 6s, drain 3s, heartbeat 500ms) that is
+// 2.5s. It is never below minCommitTimeout: a DrainTimeout that close to
+// the session already risks the membership.
+func defaultCommitTimeout(session, drain, heartbeat time.Duration) time.Duration {
+	return max(minCommitTimeout, min(10*time.Second, session-drain-heartbeat))
+}
+
+// minCommitTimeout is the least time a commit is given.
+const minCommitTimeout = 500 * time.Millisecond
 
 // Validate returns nil when cfg's settings are usable as they are, or the
 // errors.Join of a *field.Error for each field that is not: Brokers,

@@ -240,13 +240,21 @@ func (c *Consumer) consumePartitions(stop context.Context, cancel context.Cancel
 }
 
 // commitLoop flushes cm every CommitInterval until drained is closed. With
-// CommitInterval 0 the partitions flush after each message themselves.
+// CommitInterval 0 the partitions flush after each message themselves, and
+// commitLoop flushes every sequentialRetry only to retry a failed commit
+// (a flush with nothing new to commit sends nothing): an idle partition
+// would otherwise keep a failed commit's offsets uncommitted until its
+// next record or rebalance.
+// sequentialRetry is how often the sequential mode retries a failed
+// commit.
+const sequentialRetry = time.Second
+
 func (c *Consumer) commitLoop(cm *committer, drained <-chan struct{}) {
-	if c.cfg.CommitInterval <= 0 {
-		<-drained
-		return
+	interval := c.cfg.CommitInterval
+	if interval <= 0 {
+		interval = sequentialRetry
 	}
-	t := time.NewTicker(c.cfg.CommitInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
