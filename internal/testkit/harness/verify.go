@@ -184,6 +184,13 @@ func (r *Report) checkCharges(ctx context.Context, c Check) error {
 		slices.Sort(ids)
 	}
 	r.WrongCharges = slices.Compact(r.WrongCharges)
+	r.chargeProblems(pending, blocked)
+	return nil
+}
+
+// chargeProblems reports what checkCharges found wrong: claims left
+// pending or blocked, and the orders of each list of r it filled.
+func (r *Report) chargeProblems(pending, blocked []int64) {
 	if len(pending) > 0 {
 		r.problem("%d ledger claims left pending (a charge of unknown outcome): %v", len(pending), head(pending))
 	}
@@ -205,7 +212,6 @@ func (r *Report) checkCharges(ctx context.Context, c Check) error {
 	if r.ProviderCharges != r.LedgerRows {
 		r.problem("the provider took %d distinct charges, the ledger has %d rows", r.ProviderCharges, r.LedgerRows)
 	}
-	return nil
 }
 
 // checkDLQ reads the dead-letter topic: its headers, the invalid records,
