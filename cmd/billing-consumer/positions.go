@@ -23,7 +23,7 @@ import (
 // first line.
 const positionsUsage = `
   billing-consumer positions show [--partition P]
-  billing-consumer positions accept --reason TEXT [--partition P] [--operator NAME]
+  billing-consumer positions accept --reason TEXT [--partition P] [--operator NAME] [--dry-run]
 
 The database's positions say, per partition of BILLING_KAFKA_TOPIC, how far the
 database holds the decisions of the consumer group (BILLING_KAFKA_GROUP_ID): each
@@ -42,6 +42,7 @@ records skipped on purpose are not taken for lost commits. Each move is written
 to the table position_audit with the operator, host and reason, in the same
 transaction, and logged. Do not run it to silence a gap you cannot explain: that
 gap may be a database that lost its last commits (docs/operations.md, "Positions").
+With --dry-run, accept prints the positions it would move and changes nothing.
 
 Needs BILLING_DATABASE_URL and BILLING_KAFKA_* (the service's own TLS/SASL settings).
 
@@ -55,6 +56,7 @@ func positionsFlags(name string) *flag.FlagSet {
 	fs.Int("partition", -1, "only partition `P` (default: every partition of the topic)")
 	fs.String("reason", "", "accept only: why the offsets were moved: an incident or ticket reference (required)")
 	fs.String("operator", "", "accept only: who decides, for the audit trail (default: the OS user)")
+	fs.Bool("dry-run", false, "accept only: print the positions accept would move, and change nothing")
 	return fs
 }
 
@@ -115,6 +117,7 @@ func positionsCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 // positionsReq is a positions command line, checked.
 type positionsReq struct {
 	partition int // -1: every partition
+	dryRun    bool
 	audit     postgres.Audit
 }
 
@@ -124,14 +127,14 @@ func positionsRequest(fs *flag.FlagSet, sub string) (positionsReq, error) {
 		return positionsReq{}, fmt.Errorf("positions %s: %s (%w)", sub, fmt.Sprintf(format, a...), errUsage)
 	}
 	req := positionsReq{partition: fs.Lookup("partition").Value.(flag.Getter).Get().(int),
-		audit: postgres.Audit{Reason: get("reason"), Operator: get("operator")}}
+		dryRun: get("dry-run") == "true", audit: postgres.Audit{Reason: get("reason"), Operator: get("operator")}}
 	switch {
 	case fs.NArg() > 0:
 		return fail("unexpected argument %q", fs.Arg(0))
 	case req.partition < -1:
 		return fail("--partition must be a partition number (0 or more)")
-	case sub == "show" && (req.audit.Reason != "" || req.audit.Operator != ""):
-		return fail("--reason and --operator are for accept only")
+	case sub == "show" && (req.audit.Reason != "" || req.audit.Operator != "" || req.dryRun):
+		return fail("--reason, --operator and --dry-run are for accept only")
 	case sub == "accept" && req.audit.Reason == "":
 		return fail("--reason is required")
 	}
@@ -203,7 +206,9 @@ func (g groupPositions) run(ctx context.Context, logger *slog.Logger, stdout io.
 	if err != nil {
 		return err
 	}
-	if sub == "accept" {
+	if sub == "accept" && req.dryRun {
+		printDryRun(stdout, g.group, views)
+	} else if sub == "accept" {
 		targets := map[int]int64{}
 		for _, v := range views {
 			if v.committed >= 0 {
@@ -238,6 +243,19 @@ func (g groupPositions) run(ctx context.Context, logger *slog.Logger, stdout io.
 			"their commits leave the database behind Kafka without any loss\n", strings.Join(old, ", "))
 	}
 	return nil
+}
+
+// printDryRun says which positions accept would move: those behind a
+// committed offset.
+func printDryRun(w io.Writer, group string, views []partitionView) {
+	n := 0
+	for _, v := range views {
+		if v.committed >= 0 && v.position < v.committed {
+			fmt.Fprintf(w, "dry run: would move partition %d from %s to %d\n", v.id, offsetText(v.position), v.committed)
+			n++
+		}
+	}
+	fmt.Fprintf(w, "dry run: would move %d position(s) of consumer group %s; nothing changed\n", n, group)
 }
 
 // printPositions writes one line per partition: Kafka's committed offset,

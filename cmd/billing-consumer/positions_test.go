@@ -119,6 +119,14 @@ func TestPositionsShowAndAccept(t *testing.T) {
 		t.Errorf("show does not name the level-12 replica old-a (alone):\n%s", out)
 	}
 
+	// A dry run names what accept would move (0 behind, 2 untracked with a
+	// committed offset; not 1, ahead, nor 3, never committed) and moves
+	// nothing.
+	out = positions("accept", "--dry-run", "--reason", "INC-7 check", "--operator", "ann")
+	if !strings.Contains(out, "would move partition 0 from 5 to 10\n") || !strings.Contains(out, "would move partition 2 from - to 7\n") ||
+		!strings.Contains(out, "would move 2 position(s)") || !strings.HasPrefix(line(out, 0), "0 10 5 5 ") {
+		t.Errorf("accept --dry-run:\n%s", out)
+	}
 	out = positions("accept", "--partition", "0", "--reason", "INC-7 reset to latest", "--operator", "ann")
 	if !strings.Contains(out, "moved 1 position(s)") || !strings.HasPrefix(line(out, 0), "0 10 10 0 ") ||
 		!strings.Contains(line(out, 0), "in step") || strings.Contains(out, "\n2 ") {
