@@ -33,22 +33,7 @@ func TestPositionsAfterADrainEqualTheCommittedOffsets(t *testing.T) {
 	produce(t, brokers, topic, counts)
 
 	var handled atomic.Int64
-	c, err := consumer.New(consumer.Config{
-		Brokers: brokers, Topic: topic, GroupID: group, Concurrency: 4,
-		CommitInterval: time.Hour, DrainTimeout: 2 * time.Second, CommitTimeout: 5 * time.Second,
-		SessionTimeout: 6 * time.Second, RebalanceTimeout: 10 * time.Second, HeartbeatInterval: time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Positions: pos,
-	}, func(context.Context, kafka.Message) error {
-		handled.Add(1)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
+	stop := startCounting(t, ctx, brokers, topic, group, pos, &handled)
 
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}}
 	committed := func() map[int]int64 {
@@ -69,10 +54,6 @@ func TestPositionsAfterADrainEqualTheCommittedOffsets(t *testing.T) {
 		t.Fatalf("committed %v before the shutdown, with an hour's commit interval", got)
 	}
 	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("Run = %v", err)
-	}
-	done <- nil // for the cleanup
 	if got, kafkaSays := nexts(t, ctx, pos, group, topic), committed(); !equal(got, kafkaSays) || !equal(got, want) {
 		t.Fatalf("positions %v, committed offsets %v; want both %v", got, kafkaSays, want)
 	}
@@ -108,34 +89,7 @@ func TestPositionsAcrossARebalanceEqualTheCommittedOffsets(t *testing.T) {
 	topic, group := kafkatest.UniqueName("positions-rebalance"), kafkatest.UniqueName("positions-rebalance-group")
 	kafkatest.CreateTopic(t, brokers, topic, 4)
 	var handled atomic.Int64
-	start := func() (stop func()) {
-		c, err := consumer.New(consumer.Config{
-			Brokers: brokers, Topic: topic, GroupID: group, Concurrency: 4,
-			CommitInterval: time.Hour, DrainTimeout: 2 * time.Second, CommitTimeout: 5 * time.Second,
-			SessionTimeout: 6 * time.Second, RebalanceTimeout: 10 * time.Second, HeartbeatInterval: time.Second,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Positions: pos,
-		}, func(context.Context, kafka.Message) error {
-			handled.Add(1)
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- c.Run(runCtx) }()
-		var once sync.Once
-		stop = func() {
-			once.Do(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Run = %v", err)
-				}
-			})
-		}
-		t.Cleanup(stop)
-		return stop
-	}
+	start := func() func() { return startCounting(t, ctx, brokers, topic, group, pos, &handled) }
 	produce(t, brokers, topic, map[int]int{0: 10, 1: 10, 2: 10, 3: 10})
 	stopA := start()
 	poll.Until(t, time.Minute, "the first batch handled", func() bool { return handled.Load() == 40 })
@@ -154,4 +108,39 @@ func TestPositionsAcrossARebalanceEqualTheCommittedOffsets(t *testing.T) {
 	if got := nexts(t, ctx, pos, group, topic); !equal(committed, want) || !equal(got, want) {
 		t.Fatalf("positions %v, committed offsets %v; want both %v", got, committed, want)
 	}
+}
+
+// startCounting runs a consumer of topic for group that writes its
+// positions to pos and counts each record in handled (an hour's commit
+// interval: only the drain's final commit commits). The returned stop
+// ends it once, waits for Run and reports its error; the test's cleanup
+// calls it too.
+func startCounting(t *testing.T, ctx context.Context, brokers []string, topic, group string, pos *postgres.Positions, handled *atomic.Int64) (stop func()) {
+	t.Helper()
+	c, err := consumer.New(consumer.Config{
+		Brokers: brokers, Topic: topic, GroupID: group, Concurrency: 4,
+		CommitInterval: time.Hour, DrainTimeout: 2 * time.Second, CommitTimeout: 5 * time.Second,
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 10 * time.Second, HeartbeatInterval: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Positions: pos,
+	}, func(context.Context, kafka.Message) error {
+		handled.Add(1)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run = %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
