@@ -1,0 +1,79 @@
+package kafkagroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Mark is what the billing consumer writes in the metadata of every offset
+// commit it makes (issue 30): the commit's own proof that the database's
+// position was written before it, and the frontier the consumer promised
+// to stay below.
+//
+//   - Frontier: the member that committed dispatched no record of the
+//     partition at or past Frontier, and will dispatch none until a later
+//     commit raises it. So after a database failover every decision the
+//     old primary can have taken on the partition is below the last
+//     commit's Frontier (or the log end, if lower).
+//   - Since: the offset from which the group's positions track the
+//     partition (the first marked commit's offset, carried forward). A
+//     marked commit with no position row in the database means the row's
+//     first insert was lost, and everything from Since on with it.
+//
+// A commit without a mark (an older release, Kafka's own tools resetting
+// offsets, the dead-letter replayer's group) proves nothing: the heal
+// (internal/heal) never treats it as a loss.
+type Mark struct{ Frontier, Since int64 }
+
+// markPrefix starts every mark; the version lets a later format coexist.
+const markPrefix = "billing-consumer/1"
+
+// String is the mark's commit metadata.
+func (m Mark) String() string {
+	return fmt.Sprintf("%s frontier=%d since=%d", markPrefix, m.Frontier, m.Since)
+}
+
+// ParseMark reads a commit's metadata; ok is false for metadata that is
+// not a mark (empty, another writer's, a later format).
+func ParseMark(meta string) (m Mark, ok bool) {
+	var prefix string
+	n, err := fmt.Sscanf(meta, "%s frontier=%d since=%d", &prefix, &m.Frontier, &m.Since)
+	if err != nil || n != 3 || prefix != markPrefix || m.Frontier < 0 || m.Since < 0 {
+		return Mark{}, false
+	}
+	return m, true
+}
+
+// Committed is a group's committed offset of one partition with its mark.
+type Committed struct {
+	Offset int64
+	Mark   Mark
+	Marked bool
+}
+
+// CommittedMarks is CommittedOffsets with each commit's mark. A partition
+// the group never committed is absent.
+func CommittedMarks(ctx context.Context, client *kafka.Client, group, topic string, ids []int) (map[int]Committed, error) {
+	res, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ids}})
+	if err != nil {
+		return nil, fmt.Errorf("committed offsets of %s: %w", group, err)
+	}
+	if res.Error != nil && !errors.Is(res.Error, kafka.GroupIdNotFound) {
+		return nil, fmt.Errorf("committed offsets of %s: %w", group, res.Error)
+	}
+	out := map[int]Committed{}
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return nil, fmt.Errorf("committed offset of %s/%d: %w", topic, po.Partition, po.Error)
+		}
+		if po.CommittedOffset < 0 {
+			continue
+		}
+		m, ok := ParseMark(po.Metadata)
+		out[po.Partition] = Committed{Offset: po.CommittedOffset, Mark: m, Marked: ok}
+	}
+	return out, nil
+}
