@@ -1,0 +1,85 @@
+package postgres_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/billing-consumer/billing-consumer/internal/heal"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
+	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
+)
+
+// The gate is installed once, whoever races to install it; a suspect
+// order gets a blocked claim unless its claim survived; the gate lifts
+// only when every range's position has reached its target.
+func TestHealStoreInstallsOnceBlocksAndLifts(t *testing.T) {
+	ctx := testContext(t)
+	pool := pgtest.NewPool(t)
+	st := postgres.HealStore{DB: pool, Group: "g", Topic: "t"}
+	positions := &postgres.Positions{Pool: pool}
+	if err := positions.Advance(ctx, "g", "t", map[int]int64{0: 100, 1: 50}); err != nil {
+		t.Fatal(err)
+	}
+	survived := int64(7)
+	if _, err := pool.Exec(ctx, `INSERT INTO charge (order_id, event_id, customer_id, amount, status, claim_token)
+VALUES ($1, $2, 42, 10, 'charged', gen_random_uuid())`, survived, uuid.Must(uuid.NewV7())); err != nil {
+		t.Fatal(err)
+	}
+	suspect := func(order int64) heal.Suspect {
+		a, b := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+		return heal.Suspect{OrderID: order, First: heal.Event{EventID: a, OrderID: order, CustomerID: 42, Amount: 9990},
+			EventIDs: []uuid.UUID{a, b}}
+	}
+	ranges := map[int]heal.Range{0: {Lo: 100, Hi: 340, Committed: 300, Position: 100}, 1: {Lo: 50, Hi: 60, Committed: 50, Position: 50}}
+	var mu sync.Mutex
+	mine, blocked := 0, 0
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			gate, n, ok, err := st.Install(ctx, ranges, []heal.Suspect{suspect(5), suspect(survived)}, "r1")
+			if err != nil || len(gate) != 2 || gate[0] != ranges[0] {
+				t.Errorf("Install: %v, gate %+v", err, gate)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if ok {
+				mine++
+				blocked += n
+			}
+		})
+	}
+	wg.Wait()
+	if mine != 1 || blocked != 1 {
+		t.Fatalf("installed %d times blocking %d orders; want once, 1 (order 7's claim survived)", mine, blocked)
+	}
+	var status, why string
+	if err := pool.QueryRow(ctx, `SELECT status, last_error FROM charge WHERE order_id = 5`).Scan(&status, &why); err != nil || status != "blocked" {
+		t.Fatalf("order 5: %q (%v), want blocked", status, err)
+	}
+	t.Logf("order 5 blocked: %s", why)
+
+	if down, err := st.Lift(ctx); err != nil || down {
+		t.Fatalf("Lift with positions short of the targets: %v, %v; want still up", down, err)
+	}
+	if err := positions.Advance(ctx, "g", "t", map[int]int64{0: 340}); err != nil {
+		t.Fatal(err)
+	}
+	if down, err := st.Lift(ctx); err != nil || down {
+		t.Fatalf("Lift with partition 1 short: %v, %v; want still up", down, err)
+	}
+	if err := positions.Advance(ctx, "g", "t", map[int]int64{1: 60}); err != nil {
+		t.Fatal(err)
+	}
+	if down, err := st.Lift(ctx); err != nil || !down {
+		t.Fatalf("Lift with every position at its target: %v, %v; want lifted", down, err)
+	}
+	if gate, err := st.Gate(ctx); err != nil || gate != nil {
+		t.Fatalf("Gate after the lift: %+v, %v; want none", gate, err)
+	}
+	// A later heal installs afresh: the lifted rows are history.
+	if _, _, ok, err := st.Install(ctx, ranges, nil, "r2"); err != nil || !ok {
+		t.Fatalf("a second heal: %v, %v", ok, err)
+	}
+}
