@@ -50,6 +50,7 @@ func declaredMetrics(t *testing.T) map[string]bool {
 	metrics.New(recordNames(names), "test", "test")
 	metrics.NewControl(recordNames(names), "test")
 	metrics.NewPositionWritesFailed(recordNames(names))
+	metrics.NewHeal(recordNames(names))
 	if len(names) < 8 {
 		t.Fatalf("internal/metrics registers %d billing_* metrics", len(names))
 	}

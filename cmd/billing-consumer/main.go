@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/db/migrations"
@@ -167,12 +168,16 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 // newPool makes the pool of BILLING_DATABASE_URL without connecting: run
 // waits for the database itself (see startup), while it serves /healthz.
 // Its errors never include the URL, which may hold a password.
-func newPool(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
+// afterConnect, when set, runs on every new connection before it is
+// used (run's failover heal, postgres.HealOnConnect); the one-shot
+// commands have none.
+func newPool(ctx context.Context, cfg config, afterConnect func(context.Context, *pgx.Conn) error) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, errors.New("BILLING_DATABASE_URL: not a valid connection string")
 	}
 	pc.MaxConns = cfg.dbMaxConns()
+	pc.AfterConnect = afterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
@@ -184,7 +189,7 @@ func newPool(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
 // fail at once when the database is unreachable. pgx's connect errors name
 // only host, user and database.
 func openPool(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
-	pool, err := newPool(ctx, cfg)
+	pool, err := newPool(ctx, cfg, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/billing-consumer/billing-consumer/internal/heal"
 	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 	"github.com/billing-consumer/billing-consumer/internal/postgres"
 )
@@ -234,6 +236,11 @@ func (g groupPositions) run(ctx context.Context, logger *slog.Logger, stdout io.
 		}
 	}
 	printPositions(stdout, g.group, g.topic, views)
+	gate, err := postgres.HealStore{DB: g.positions.Pool, Group: g.group, Topic: g.topic}.Gate(ctx)
+	if err != nil {
+		return schemaHint(err)
+	}
+	printHeal(stdout, gate, views)
 	old, err := g.positions.Untracked(ctx, g.group)
 	if err != nil {
 		return schemaHint(err)
@@ -287,6 +294,35 @@ func printPositions(w io.Writer, group, topic string, views []partitionView) {
 		fmt.Fprintf(w, "%d partition(s) where Kafka is ahead of the database: lost database commits, a forward offset reset\n"+
 			"(then run billing-consumer positions accept --reason TEXT) or commits by a release that writes no positions\n", behind)
 	}
+}
+
+// printHeal writes the ranges of a failover heal that is up (nothing when
+// none is): each partition's position against its target.
+func printHeal(w io.Writer, gate map[int]heal.Range, views []partitionView) {
+	if gate == nil {
+		return
+	}
+	fmt.Fprintln(w, "failover heal in progress: billing is held on every replica until each position reaches its target")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARTITION\tRE-DECIDE FROM\tTARGET\tDATABASE POSITION\tSTATE")
+	pos := map[int]int64{}
+	for _, v := range views {
+		pos[v.id] = v.position
+	}
+	for _, id := range slices.Sorted(maps.Keys(gate)) {
+		r, p := gate[id], int64(-1)
+		if v, ok := pos[id]; ok {
+			p = v
+		} else if len(views) == 1 {
+			continue // --partition: another partition
+		}
+		state := "re-deciding"
+		if p >= r.Hi {
+			state = "done"
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\n", id, r.Lo, r.Hi, offsetText(p), state)
+	}
+	_ = tw.Flush()
 }
 
 func offsetText(o int64) string {

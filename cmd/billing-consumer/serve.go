@@ -17,6 +17,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/loop"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
 )
 
 // serve is `billing-consumer run`: read and check the configuration, build
@@ -78,16 +79,34 @@ func (s *service) loops() []loop.Loop {
 			Failed: warn("cannot read the group's assignment from the brokers", "group", cfg.KafkaGroupID)},
 		{Name: "schema guard", Interval: migrations.HeartbeatInterval, Wait: true, Timeout: migrations.HeartbeatInterval,
 			RunOnce: s.guard.runOnce, Done: func(ctx context.Context) { s.guard.done(ctx, s.logger.Warn) }, Failed: guardLog},
-		{Name: "ledger completer", Bills: true, Interval: completerTick, RunOnce: completerPass,
+		{Name: "ledger completer", Bills: true, Interval: completerTick, RunOnce: s.heal.Guard(completerPass),
 			Failed: loop.Log{Level: slog.LevelError, Msg: "completer pass failed"}},
-		{Name: "deferred decisions", Bills: true, Interval: time.Second, RunOnce: s.handler.DecideDeferred,
+		{Name: "deferred decisions", Bills: true, Interval: time.Second, RunOnce: s.heal.Guard(s.handler.DecideDeferred),
 			Failed: loop.Log{Level: slog.LevelError, Msg: "deferred decisions failed"}},
+		{Name: "failover heal watch", Interval: healWatchInterval, Timeout: healWatchInterval + 5*time.Second, RunOnce: s.healWatch,
+			Failed: warn("cannot read the failover heal's gate; keeping the last view", "group", cfg.KafkaGroupID)},
 		{Name: "pause watch", Interval: pauseInterval, Wait: true, Timeout: pauseInterval + 5*time.Second, RunOnce: s.pause.Refresh,
 			Failed: warn("cannot read the pause state; keeping the last one", "group", cfg.KafkaGroupID)},
 		{Name: "dlq backlog", Interval: cfg.DLQBacklogInterval, Timeout: cfg.DLQBacklogInterval, Failed: backlogLog,
 			RunOnce: dlq.BacklogPass(client, cfg.KafkaDLQTopic, cfg.dlqReplayGroup(),
 				func(b dlq.Backlog) { s.m.DLQBacklog(b.Records, b.Oldest, b.Retention, time.Now()) })},
 	}
+}
+
+// healWatchInterval is how often each replica reads the failover heal's
+// gate: how long a lift takes to reach it.
+const healWatchInterval = time.Second
+
+// healWatch is the heal watch loop's pass (heal.Healer.Watch) and keeps
+// billing_failover_healing.
+func (s *service) healWatch(ctx context.Context) error {
+	err := s.heal.Watch(ctx, postgres.HealStore{DB: s.pool, Group: s.cfg.KafkaGroupID, Topic: s.cfg.KafkaTopic})
+	if s.heal.Up() {
+		s.healGauge.Set(1)
+	} else {
+		s.healGauge.Set(0)
+	}
+	return err
 }
 
 // Run serves /healthz at once, waits (unready, saying why) until the

@@ -22,7 +22,9 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
+	"github.com/billing-consumer/billing-consumer/internal/heal"
 	"github.com/billing-consumer/billing-consumer/internal/kafkaconn"
+	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 	"github.com/billing-consumer/billing-consumer/internal/metrics"
 	"github.com/billing-consumer/billing-consumer/internal/pause"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
@@ -47,6 +49,10 @@ type service struct {
 	durable *metrics.Durability
 	pause   *pause.Watcher
 	kconns  *kafkaconn.Conns
+	// heal is the failover heal: its check runs on every new connection
+	// of pool, its gate holds the consumer and the loops that bill.
+	heal      *heal.Healer
+	healGauge prometheus.Gauge // billing_failover_healing
 
 	pool     *pgxpool.Pool
 	payer    *payment.Client
@@ -106,13 +112,14 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		return nil, err
 	}
 
-	if s.pool, err = newPool(ctx, cfg); err != nil {
+	id := replicaID()
+	s.replica = id
+	s.heal = s.newHealer(id)
+	if s.pool, err = newPool(ctx, cfg, postgres.HealOnConnect(s.heal, cfg.KafkaGroupID, cfg.KafkaTopic)); err != nil {
 		return nil, err
 	}
 	s.onClose(s.pool.Close)
 	s.pause = pauseWatcher(s)
-	id := replicaID()
-	s.replica = id
 	s.guard = &schemaGuard{
 		register: func(ctx context.Context) error {
 			return migrations.Register(ctx, s.pool, id, version, cfg.KafkaGroupID)
@@ -160,6 +167,27 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		return nil, err
 	}
 	return s, nil
+}
+
+// newHealer is the failover heal of replica id (internal/heal): when the
+// gate goes up it abandons the consumer's in-flight work (the consumer
+// restarts each partition from its range), and it counts what it heals.
+func (s *service) newHealer(id string) *heal.Healer {
+	cfg := s.cfg
+	hm := metrics.NewHeal(s.reg)
+	s.healGauge = hm.Healing
+	return heal.New(heal.Config{
+		Group: cfg.KafkaGroupID, Topic: cfg.KafkaTopic,
+		Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second},
+		Reader: kafkagroup.ReaderConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, Dialer: s.kconns.Dialer,
+			MaxBytes: cfg.KafkaMaxRecordBytes, Logger: s.logger},
+		Replica: id, Logger: s.logger,
+		OnUp: func() {
+			hm.Healing.Set(1)
+			// TODO(frontier merge): s.consumer.Abandon()
+		},
+		OnHeal: func(rewound int64, blocked int) { hm.Rewound.Add(float64(rewound)); hm.Blocked.Add(float64(blocked)) },
+	})
 }
 
 // newBilling builds what bills a record: the billing service (through the

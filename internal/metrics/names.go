@@ -48,4 +48,9 @@ const (
 	// PositionWritesFailed counts the consumer's position writes that
 	// failed, each of which stopped the Kafka commit it preceded.
 	PositionWritesFailed = "billing_position_writes_failed_total"
+	// FailoverRewound, FailoverBlocked and FailoverHealing are the
+	// failover heal's (NewHeal).
+	FailoverRewound = "billing_failover_rewound_records_total"
+	FailoverBlocked = "billing_failover_blocked_orders_total"
+	FailoverHealing = "billing_failover_healing"
 )
