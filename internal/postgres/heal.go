@@ -41,7 +41,10 @@ func HealOnConnect(h *heal.Healer, group, topic string) func(context.Context, *p
 		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
 			return nil
 		}
-		return err
+		if err != nil {
+			return fmt.Errorf("failover heal check, made before a new database connection is used: %w", err)
+		}
+		return nil
 	}
 }
 
