@@ -68,13 +68,23 @@ type Config struct {
 	// kafkagroup.GroupConfig.WatchPartitions). Zero: 5s; negative: off.
 	PartitionWatchInterval time.Duration
 
+	// Transport carries the consumer's own requests to the brokers (the
+	// marked offset commits, the offsets and marks read at each
+	// generation's start). Nil: a Transport of its own with Dialer's TLS,
+	// SASL mechanism and client id.
+	Transport kafka.RoundTripper
+
 	Logger *slog.Logger
-	// Gate, when set, pauses fetching: it returns a channel that is closed
+	// Pause, when set, pauses fetching: it returns a channel that is closed
 	// while the consumer may fetch (see internal/pause). While it is open
 	// the partitions fetch nothing and start no record, but stay assigned,
 	// and finish and commit the records already running. (kafka-go's
 	// reader may still prefetch into its bounded queue.)
-	Gate func() <-chan struct{}
+	Pause func() <-chan struct{}
+	// Gate, when set, is the failover heal's hold on the stream (see Gate):
+	// where each partition starts in a generation, and which records wait.
+	// Nil: none.
+	Gate Gate
 	// OnAssign, when set, is told the partitions this consumer owns: those
 	// of each generation when it starts, nil when it has ended (after the
 	// final commit).
