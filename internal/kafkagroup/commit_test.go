@@ -60,3 +60,47 @@ func TestCommitMarkedRoundTripAndFencing(t *testing.T) {
 		t.Errorf("partition 0 committed %+v after the refused commit, want 0 unchanged", got[0])
 	}
 }
+
+// BenchmarkCommit compares one commit of 12 partitions by kafka-go's
+// Generation.CommitOffsets (no metadata, the generation's coordinator
+// connection) with CommitMarked (a mark per partition, through a
+// kafka.Client): what a flush's Kafka half costs.
+func BenchmarkCommit(b *testing.B) {
+	brokers := kafkatest.Brokers(b)
+	topic, group := kafkatest.UniqueName("mark-bench"), kafkatest.UniqueName("mark-bench-group")
+	kafkatest.CreateTopic(b, brokers, topic, 12)
+	g, err := kafkagroup.Join(kafkagroup.GroupConfig{ID: group, Brokers: brokers, Topic: topic,
+		SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second, RebalanceTimeout: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer kafkagroup.Leave(g, 10*time.Second)
+	gen, err := g.Next(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: &kafka.Transport{}, Timeout: 10 * time.Second}
+	b.Run("plain", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			offsets := map[int]int64{}
+			for p := range 12 {
+				offsets[p] = int64(i)
+			}
+			if err := kafkagroup.Commit(gen, topic, offsets, 10*time.Second); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("marked", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			offsets := map[int]kafkagroup.MarkedOffset{}
+			for p := range 12 {
+				offsets[p] = kafkagroup.MarkedOffset{Offset: int64(i), Mark: kafkagroup.Mark{Frontier: int64(i) + 1<<16, Since: 0}}
+			}
+			if err := kafkagroup.CommitMarked(client, gen, topic, offsets, 10*time.Second); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
