@@ -33,8 +33,10 @@ type Config struct {
 	// record (MaxRecordBytes plus RecordOverhead).
 	MaxInFlightBytes int64
 	// CommitInterval batches offset commits: one request for every
-	// partition with progress, per interval. Zero commits after every
-	// completed message: with Concurrency 1, the sequential baseline.
+	// partition with progress or whose dispatch frontier needs raising
+	// (see frontier.go), per interval, and one at once when a partition
+	// waits at its frontier. Zero commits after every completed message:
+	// with Concurrency 1, the sequential baseline.
 	CommitInterval time.Duration
 	// DrainTimeout is how long an in-flight message may still run after a
 	// rebalance or shutdown began; then its context is cancelled and it is

@@ -15,6 +15,12 @@
 // rejoins the group only after that, so no other member can be handed a
 // partition while this one may still commit it.
 //
+// Every commit carries a kafkagroup.Mark (issue 30): a generation first
+// commits each assigned partition at its start offset, and a partition
+// dispatches only records below the Frontier of its last successful
+// commit (frontier.go). The failover heal holds and rewinds the stream
+// through Config.Gate and Abandon.
+//
 // Memory: what the partitions of a generation hold in flight (records
 // fetched and not done, and the entries of those done but not yet
 // committable) is bounded by one budget, MaxInFlightBytes, shared fairly
