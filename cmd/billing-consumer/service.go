@@ -215,7 +215,7 @@ func (s *service) newBilling(id string, dlqWriter *dlq.Writer, tracer trace.Trac
 		return err
 	}
 	ccfg := cfg.consumerConfig()
-	ccfg.Dialer, ccfg.Logger, ccfg.Gate, ccfg.OnAssign = s.kconns.Dialer, s.logger, s.pause.Gate, s.ctl.Owned
+	ccfg.Dialer, ccfg.Transport, ccfg.Logger, ccfg.Pause, ccfg.OnAssign = s.kconns.Dialer, s.kconns.Transport, s.logger, s.pause.Gate, s.ctl.Owned
 	ccfg.OnCommit = s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now)
 	ccfg.Positions, ccfg.OnPositionsFailed = &postgres.Positions{Pool: s.pool}, metrics.NewPositionWritesFailed(s.reg).Inc
 	if s.consumer, err = consumer.New(ccfg, s.handler.Handle); err != nil {

@@ -7,23 +7,35 @@ import (
 	"maps"
 	"slices"
 	"testing"
+
+	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
 // commitLog is a commitFunc that records each request and fails while
 // failing is set, and an OnCommit that records each call.
 type commitLog struct {
 	failing  bool
-	requests []map[int]int64
-	onDone   map[int][][]int64 // partition: the offsets covered, per call
-	offsets  map[int][]int64   // partition: the offsets OnCommit reported
+	requests []map[int]int64 // the offsets of each request
+	// positions and marks are each request's positions to write and
+	// its commits.
+	positions []map[int]int64
+	marks     []map[int]kafkagroup.MarkedOffset
+	onDone    map[int][][]int64 // partition: the offsets covered, per call
+	offsets   map[int][]int64   // partition: the offsets OnCommit reported
 }
 
 func newCommitLog() *commitLog {
 	return &commitLog{onDone: map[int][][]int64{}, offsets: map[int][]int64{}}
 }
 
-func (l *commitLog) commit(offsets map[int]int64) error {
-	l.requests = append(l.requests, maps.Clone(offsets))
+func (l *commitLog) commit(positions map[int]int64, commits map[int]kafkagroup.MarkedOffset) error {
+	offsets := map[int]int64{}
+	for id, c := range commits {
+		offsets[id] = c.Offset
+	}
+	l.requests = append(l.requests, offsets)
+	l.positions = append(l.positions, maps.Clone(positions))
+	l.marks = append(l.marks, maps.Clone(commits))
 	if l.failing {
 		return errors.New("broker says no")
 	}
@@ -33,6 +45,23 @@ func (l *commitLog) commit(offsets map[int]int64) error {
 func (l *commitLog) done(partition int, offset int64, covered []Timing) {
 	l.onDone[partition] = append(l.onDone[partition], offsetsOf(covered))
 	l.offsets[partition] = append(l.offsets[partition], offset)
+}
+
+// begun is a committer on l whose partitions have made the generation's
+// first commit at the given offsets (their frontiers far ahead, so that
+// no flush raises them); the log starts after it.
+func begun(t *testing.T, l *commitLog, starts map[int]int64) *committer {
+	t.Helper()
+	cm := newCommitter(l.commit, l.done, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	sp := map[int]startPoint{}
+	for id, o := range starts {
+		sp[id] = startPoint{offset: o, frontier: o + 1<<20, since: o}
+	}
+	if err := cm.begin(sp); err != nil {
+		t.Fatal(err)
+	}
+	l.requests, l.positions, l.marks = nil, nil, nil
+	return cm
 }
 
 func timings(offs ...int64) []Timing {
@@ -49,7 +78,7 @@ func timings(offs ...int64) []Timing {
 // messages it newly covers.
 func TestCommitterOneRequestForAllPartitions(t *testing.T) {
 	l := newCommitLog()
-	cm := newCommitter(l.commit, l.done, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cm := begun(t, l, map[int]int64{0: 0, 1: 0, 2: 4})
 	cm.flush()
 	if len(l.requests) != 0 {
 		t.Fatalf("flush with no progress sent %v, want no request", l.requests)
@@ -84,7 +113,7 @@ func TestCommitterOneRequestForAllPartitions(t *testing.T) {
 // newer progress) and reports every message since the last success once.
 func TestCommitterKeepsProgressOfAFailedRequest(t *testing.T) {
 	l := newCommitLog()
-	cm := newCommitter(l.commit, l.done, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cm := begun(t, l, map[int]int64{0: 0, 1: 0})
 	cm.advance(0, 1, timings(0))
 	cm.advance(1, 1, timings(0))
 	l.failing = true

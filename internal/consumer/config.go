@@ -33,8 +33,10 @@ type Config struct {
 	// record (MaxRecordBytes plus RecordOverhead).
 	MaxInFlightBytes int64
 	// CommitInterval batches offset commits: one request for every
-	// partition with progress, per interval. Zero commits after every
-	// completed message: with Concurrency 1, the sequential baseline.
+	// partition with progress or whose dispatch frontier needs raising
+	// (see frontier.go), per interval, and one at once when a partition
+	// waits at its frontier. Zero commits after every completed message:
+	// with Concurrency 1, the sequential baseline.
 	CommitInterval time.Duration
 	// DrainTimeout is how long an in-flight message may still run after a
 	// rebalance or shutdown began; then its context is cancelled and it is
@@ -68,13 +70,23 @@ type Config struct {
 	// kafkagroup.GroupConfig.WatchPartitions). Zero: 5s; negative: off.
 	PartitionWatchInterval time.Duration
 
+	// Transport carries the consumer's own requests to the brokers (the
+	// marked offset commits, the offsets and marks read at each
+	// generation's start). Nil: a Transport of its own with Dialer's TLS,
+	// SASL mechanism and client id.
+	Transport kafka.RoundTripper
+
 	Logger *slog.Logger
-	// Gate, when set, pauses fetching: it returns a channel that is closed
+	// Pause, when set, pauses fetching: it returns a channel that is closed
 	// while the consumer may fetch (see internal/pause). While it is open
 	// the partitions fetch nothing and start no record, but stay assigned,
 	// and finish and commit the records already running. (kafka-go's
 	// reader may still prefetch into its bounded queue.)
-	Gate func() <-chan struct{}
+	Pause func() <-chan struct{}
+	// Gate, when set, is the failover heal's hold on the stream (see Gate):
+	// where each partition starts in a generation, and which records wait.
+	// Nil: none.
+	Gate Gate
 	// OnAssign, when set, is told the partitions this consumer owns: those
 	// of each generation when it starts, nil when it has ended (after the
 	// final commit).

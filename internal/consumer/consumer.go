@@ -15,6 +15,12 @@
 // rejoins the group only after that, so no other member can be handed a
 // partition while this one may still commit it.
 //
+// Every commit carries a kafkagroup.Mark (issue 30): a generation first
+// commits each assigned partition at its start offset, and a partition
+// dispatches only records below the Frontier of its last successful
+// commit (frontier.go). The failover heal holds and rewinds the stream
+// through Config.Gate and Abandon.
+//
 // Memory: what the partitions of a generation hold in flight (records
 // fetched and not done, and the entries of those done but not yet
 // committable) is bounded by one budget, MaxInFlightBytes, shared fairly
@@ -53,11 +59,20 @@ type Consumer struct {
 	cfg    Config
 	handle Handler
 	gen    atomic.Pointer[Generation] // nil between generations
-	// endGen ends the current generation's partitions (see Rejoin); nil
+	// ctl ends the current generation (see Rejoin and Abandon); nil
 	// between generations.
-	endGen atomic.Pointer[context.CancelFunc]
-	pool   *elastic.Pool[job] // the workers that run the handlers; see startWorkers
+	ctl  atomic.Pointer[genControl]
+	pool *elastic.Pool[job] // the workers that run the handlers; see startWorkers
+	// client sends the marked offset commits and reads the offsets and
+	// marks at each generation's start; ownTransport is its transport
+	// when Config.Transport is nil (closed when Run returns).
+	client       *kafka.Client
+	ownTransport *kafka.Transport
 }
+
+// genControl ends a generation: end stops its partitions (they drain and
+// commit), abandon cancels its handlers' contexts first.
+type genControl struct{ end, abandon context.CancelFunc }
 
 // New fills in the defaults of cfg's zero fields, validates it (see
 // Validate) and returns a Consumer that calls handle for each message.
@@ -69,7 +84,14 @@ func New(cfg Config, handle Handler) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
-	return &Consumer{cfg: cfg, handle: handle}, nil
+	c := &Consumer{cfg: cfg, handle: handle}
+	tr := cfg.Transport
+	if tr == nil {
+		c.ownTransport = &kafka.Transport{TLS: cfg.Dialer.TLS, SASL: cfg.Dialer.SASLMechanism, ClientID: cfg.Dialer.ClientID}
+		tr = c.ownTransport
+	}
+	c.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: tr}
+	return c, nil
 }
 
 // Joined reports whether the consumer is currently a member of a group
@@ -85,8 +107,24 @@ func (c *Consumer) Joined() bool { return c.gen.Load() != nil }
 // partitions to nobody (see kafkagroup.GroupConfig.WatchPartitions); a
 // no-op between generations. Safe for concurrent use.
 func (c *Consumer) Rejoin() {
-	if end := c.endGen.Load(); end != nil {
-		(*end)()
+	if g := c.ctl.Load(); g != nil {
+		g.end()
+	}
+}
+
+// Abandon ends the current generation without letting its records
+// finish: on return every in-flight handler's context of the generation
+// is cancelled, no partition starts another record in it, and the
+// generation ends as with Rejoin (kafka-go rejoins, the partitions are
+// assigned again, and Gate.Start applies). The records that did not
+// complete are not committed, so they are delivered again; what did
+// complete is still committed by the generation's final flush. The
+// failover heal calls it to rewind the stream. A no-op between
+// generations. Safe for concurrent use.
+func (c *Consumer) Abandon() {
+	if g := c.ctl.Load(); g != nil {
+		g.abandon()
+		g.end()
 	}
 }
 
@@ -122,6 +160,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("consumer group: %w", err)
+	}
+	if c.ownTransport != nil {
+		defer c.ownTransport.CloseIdleConnections()
 	}
 	stopWorkers := c.startWorkers()
 	defer stopWorkers() // after leave: every partition has drained
@@ -192,19 +233,7 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
 
 	finished := make(chan struct{})
 	gen.Start(func(genCtx context.Context) {
-		stop, cancel := context.WithCancel(ctx)
-		defer cancel()
-		context.AfterFunc(genCtx, cancel)
-		c.endGen.Store(&cancel)
-		defer c.endGen.Store(nil)
-		cm := newCommitter(c.commitGeneration(gen), c.cfg.OnCommit, c.cfg.Logger.With("group", c.cfg.GroupID))
-		drained := make(chan struct{})
-		go func() {
-			defer close(drained)
-			c.consumePartitions(stop, cancel, cm, assigned)
-		}()
-		c.commitLoop(cm, drained)
-		cm.flush() // everything that finished, before the generation is released
+		c.generation(ctx, genCtx, gen, assigned)
 		close(finished)
 		if ctx.Err() != nil {
 			<-genCtx.Done() // released by leave
@@ -216,21 +245,54 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
 		"topic", c.cfg.Topic, "partitions", parts, "shutdown", ctx.Err() != nil)
 }
 
+// generation runs the generation gen until it ends (genCtx), Run's ctx is
+// cancelled or Rejoin or Abandon ends it: its first commit, then its
+// partitions and the commit loop, then the final flush.
+func (c *Consumer) generation(ctx, genCtx context.Context, gen *kafka.Generation, assigned []kafka.PartitionAssignment) {
+	stop, cancel := context.WithCancel(ctx)
+	defer cancel()
+	context.AfterFunc(genCtx, cancel)
+	// work is the root of the handlers' contexts: it outlives stop (the
+	// drain), and only Abandon cancels all of it at once.
+	work, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+	c.ctl.Store(&genControl{end: cancel, abandon: abandon})
+	defer c.ctl.Store(nil)
+	cm := newCommitter(c.commitGeneration(gen), c.cfg.OnCommit, c.cfg.Logger.With("group", c.cfg.GroupID))
+	starts, err := c.begin(stop, cm, assigned)
+	if err != nil {
+		if stop.Err() == nil {
+			c.cfg.Logger.Warn("the generation ended before its first commit", "group", c.cfg.GroupID,
+				"generation", gen.ID, "err", err)
+		}
+		cancel() // a fenced generation: kafka-go rejoins once this returns
+	}
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		if err == nil {
+			c.consumePartitions(stop, cancel, work, cm, starts)
+		}
+	}()
+	c.commitLoop(cm, drained)
+	cm.finish() // everything that finished, before the generation is released
+}
+
 // consumePartitions consumes each assigned partition in its own goroutine
 // until stop ends and returns when all have drained. A partition that
 // cannot be read ends the generation for all (cancel), so that kafka-go
 // rejoins the group. With no partition (more members than partitions) it
 // stays an idle member until stop ends.
-func (c *Consumer) consumePartitions(stop context.Context, cancel context.CancelFunc, cm *committer, assigned []kafka.PartitionAssignment) {
-	ids := make([]int, 0, len(assigned))
-	for _, a := range assigned {
-		ids = append(ids, a.ID)
+func (c *Consumer) consumePartitions(stop context.Context, cancel context.CancelFunc, work context.Context, cm *committer, starts map[int]int64) {
+	ids := make([]int, 0, len(starts))
+	for id := range starts {
+		ids = append(ids, id)
 	}
 	b := newBudget(c.cfg.MaxInFlightBytes, c.cfg.maxCost(), ids)
 	var wg sync.WaitGroup
-	for _, a := range assigned {
+	for id, offset := range starts {
 		wg.Go(func() {
-			if !c.consumePartition(stop, cm, b, a.ID, a.Offset) {
+			if !c.consumePartition(stop, work, cm, b, id, offset) {
 				cancel()
 			}
 		})
@@ -239,16 +301,17 @@ func (c *Consumer) consumePartitions(stop context.Context, cancel context.Cancel
 	wg.Wait()
 }
 
-// commitLoop flushes cm every CommitInterval until drained is closed. With
-// CommitInterval 0 the partitions flush after each message themselves, and
-// commitLoop flushes every sequentialRetry only to retry a failed commit
-// (a flush with nothing new to commit sends nothing): an idle partition
-// would otherwise keep a failed commit's offsets uncommitted until its
-// next record or rebalance.
 // sequentialRetry is how often the sequential mode retries a failed
-// commit.
+// commit (and sizes the frontier windows, see tickWindow).
 const sequentialRetry = time.Second
 
+// commitLoop flushes cm every CommitInterval (cm.tick), and at once when a
+// partition waits at its frontier (cm.urge), until drained is closed. With
+// CommitInterval 0 the partitions flush after each message themselves, and
+// commitLoop ticks every sequentialRetry only to retry a failed commit
+// (a flush with nothing new to commit sends nothing) and to size the
+// windows: an idle partition would otherwise keep a failed commit's
+// offsets uncommitted until its next record or rebalance.
 func (c *Consumer) commitLoop(cm *committer, drained <-chan struct{}) {
 	interval := c.cfg.CommitInterval
 	if interval <= 0 {
@@ -259,6 +322,8 @@ func (c *Consumer) commitLoop(cm *committer, drained <-chan struct{}) {
 	for {
 		select {
 		case <-t.C:
+			cm.tick()
+		case <-cm.urge:
 			cm.flush()
 		case <-drained:
 			return

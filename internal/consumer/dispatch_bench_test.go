@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
 // deepStack uses about n KiB of stack, like a handler running through the
@@ -66,7 +68,20 @@ func newBenchPartition(b *testing.B, c *Consumer) func(n int, keys [][]byte) {
 		defer stopWorkers()
 		stop, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		cm := newCommitter(func(map[int]int64) error { return nil }, nil, c.cfg.Logger)
+		cm := newCommitter(func(map[int]int64, map[int]kafkagroup.MarkedOffset) error { return nil }, nil, c.cfg.Logger)
+		if err := cm.begin(map[int]startPoint{0: {offset: 0, frontier: minWindow}}); err != nil {
+			b.Fatal(err)
+		}
+		go func() { // the commit loop's answer to a partition at its frontier
+			for {
+				select {
+				case <-cm.urge:
+					cm.flush()
+				case <-stop.Done():
+					return
+				}
+			}
+		}()
 		bud := newBudget(c.cfg.MaxInFlightBytes, c.cfg.maxCost(), []int{0})
 		p := newPartitionState(c, cm, bud, 0, c.cfg.Logger, stop, stop)
 		fetched := make(chan fetchedMsg)
@@ -83,7 +98,7 @@ func newBenchPartition(b *testing.B, c *Consumer) func(n int, keys [][]byte) {
 		for i := 0; p.offs.next < int64(n); i++ {
 			p.run(fetched)
 			if i%1024 == 0 {
-				cm.flush() // as the commit loop would, now and then
+				cm.tick() // as the commit loop would, now and then
 			}
 		}
 	}

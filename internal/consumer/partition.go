@@ -1,8 +1,10 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -20,7 +22,7 @@ import (
 //
 // Only this goroutine touches the partition's state (offsets, key queues);
 // workers report back on a channel.
-func (c *Consumer) consumePartition(stop context.Context, cm *committer, b *budget, partition int, offset int64) bool {
+func (c *Consumer) consumePartition(stop, genWork context.Context, cm *committer, b *budget, partition int, offset int64) bool {
 	log := c.cfg.Logger.With("topic", c.cfg.Topic, "partition", partition)
 	r, err := kafkagroup.OpenPartition(kafkagroup.ReaderConfig{Brokers: c.cfg.Brokers, Topic: c.cfg.Topic,
 		Partition: partition, Dialer: c.cfg.Dialer, MaxBytes: c.cfg.MaxRecordBytes, Logger: log,
@@ -33,8 +35,9 @@ func (c *Consumer) consumePartition(stop context.Context, cm *committer, b *budg
 
 	// work is the handlers' context: it outlives stop by DrainTimeout, so
 	// in-flight charges can finish and be committed during a rebalance or
-	// shutdown instead of being abandoned half-way.
-	work, cancelWork := context.WithCancel(context.WithoutCancel(stop))
+	// shutdown instead of being abandoned half-way (unless Abandon cancels
+	// genWork).
+	work, cancelWork := context.WithCancel(genWork)
 	defer cancelWork()
 	stopDrainTimer := context.AfterFunc(stop, func() {
 		t := time.AfterFunc(c.cfg.DrainTimeout, cancelWork)
@@ -91,14 +94,24 @@ type partitionState struct {
 	// done receives the workers' verdicts; a worker never waits to
 	// report.
 	done *inbox
+	// lane is the partition's frontier, shared with the committer;
+	// frontier its last value read (records below it may start), reach
+	// the value last reported to lane.reach.
+	lane            *lane
+	frontier, reach int64
 }
 
 func newPartitionState(c *Consumer, cm *committer, b *budget, partition int, log *slog.Logger, stop, work context.Context) *partitionState {
+	lane := cm.lane(partition)
 	return &partitionState{
 		c: c, cm: cm, budget: b, partition: partition, log: log, stop: stop, work: work,
 		offs: newOffsets(),
 		keys: map[string][]kafka.Message{},
 		done: newInbox(),
+		lane: lane,
+		// The generation's first commit set both before the partition
+		// started.
+		frontier: lane.frontier.Load(), reach: lane.reach.Load(),
 	}
 }
 
@@ -120,10 +133,11 @@ func (p *partitionState) run(fetched <-chan fetchedMsg) bool {
 	var jobs chan<- job
 	var spawn chan<- struct{}
 	var next job
-	// resumed is the Gate while a pause holds back the ready records.
+	// resumed is what the ready records wait for while they are held
+	// back (see blocked).
 	var resumed <-chan struct{}
 	if len(p.ready) > 0 {
-		if resumed = p.pausedGate(); resumed == nil {
+		if resumed = p.blocked(p.ready[0].Offset); resumed == nil {
 			next = job{p: p, msg: p.ready[0]}
 			// An idle worker first; a new one only when none is idle.
 			select {
@@ -172,6 +186,10 @@ func (p *partitionState) run(fetched <-chan fetchedMsg) bool {
 
 // started records that the first ready message went to a worker.
 func (p *partitionState) started() {
+	if next := p.ready[0].Offset + 1; next > p.reach {
+		p.reach = next
+		p.lane.reach.Store(next)
+	}
 	p.ready[0] = kafka.Message{}
 	p.ready = p.ready[1:]
 	p.running++
@@ -223,7 +241,23 @@ func (p *partitionState) complete(c completion) {
 		return
 	}
 	p.keys[k] = waiting[1:]
-	p.ready = append(p.ready, waiting[0])
+	p.ready = insertReady(p.ready, waiting[0])
+}
+
+// insertReady inserts msg into ready, which is in offset order, and keeps
+// that order: a record freed by its key's predecessor may be older than
+// records of other keys ready before it. The order is what makes a hold
+// on the first ready record (a pause, the Gate, the frontier) a hold on
+// all: a record below a held one never waits behind it.
+func insertReady(ready []kafka.Message, msg kafka.Message) []kafka.Message {
+	n := len(ready)
+	if n == 0 || ready[n-1].Offset < msg.Offset {
+		return append(ready, msg)
+	}
+	i, _ := slices.BinarySearchFunc(ready, msg.Offset, func(m kafka.Message, off int64) int {
+		return cmp.Compare(m.Offset, off)
+	})
+	return slices.Insert(ready, i, msg)
 }
 
 // fetchedMsg is a fetched record and what the budget charged for it.
@@ -282,13 +316,43 @@ func (p *partitionState) fetch(r *kafka.Reader) (<-chan fetchedMsg, func()) {
 	return fetched, func() { cancel(); <-finished }
 }
 
-// pausedGate returns the consumer's Gate when it is closed (a pause), nil
-// when records may start.
-func (p *partitionState) pausedGate() <-chan struct{} {
-	if p.c.cfg.Gate == nil {
+// blocked returns what the record at offset (the first ready one) waits
+// for before it may start, or nil if it may start now: the operator's
+// pause, the Gate's hold (its next change), or the partition's frontier
+// (which it asks the committer to raise). The frontier costs one integer
+// compare while the record is below it.
+func (p *partitionState) blocked(offset int64) <-chan struct{} {
+	if g := p.pausedGate(); g != nil {
+		return g
+	}
+	if g := p.c.cfg.Gate; g != nil && g.Hold(p.partition, offset) {
+		// Changed before Hold again: a change in between closes it.
+		changed := g.Changed()
+		if g.Hold(p.partition, offset) {
+			return changed
+		}
+	}
+	if offset < p.frontier {
 		return nil
 	}
-	g := p.c.cfg.Gate()
+	if p.frontier = p.lane.frontier.Load(); offset < p.frontier {
+		return nil
+	}
+	if offset >= p.reach {
+		p.reach = offset + 1 // the committer raises past what waits
+		p.lane.reach.Store(p.reach)
+	}
+	p.cm.urgeFlush()
+	return p.lane.moved
+}
+
+// pausedGate returns the consumer's Pause when it is closed (a pause), nil
+// when records may start.
+func (p *partitionState) pausedGate() <-chan struct{} {
+	if p.c.cfg.Pause == nil {
+		return nil
+	}
+	g := p.c.cfg.Pause()
 	select {
 	case <-g:
 		return nil
@@ -297,14 +361,14 @@ func (p *partitionState) pausedGate() <-chan struct{} {
 	}
 }
 
-// gateOpen waits while the consumer's Gate says fetching is paused and
+// gateOpen waits while the consumer's Pause says fetching is paused and
 // reports false when ctx ended first.
 func (p *partitionState) gateOpen(ctx context.Context) bool {
-	if p.c.cfg.Gate == nil {
+	if p.c.cfg.Pause == nil {
 		return true
 	}
 	select {
-	case <-p.c.cfg.Gate():
+	case <-p.c.cfg.Pause():
 		return true
 	case <-ctx.Done():
 		return false

@@ -11,7 +11,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
-// testGate is a Config.Gate an operator opens and closes by hand.
+// testGate is a Config.Pause an operator opens and closes by hand.
 type testGate struct {
 	mu   sync.Mutex
 	open chan struct{}
@@ -59,7 +59,7 @@ func TestGatePausesFetchingAndFinishesInFlight(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{}, 16)
 	cfg := env.config(t)
-	cfg.Gate = gate.get
+	cfg.Pause = gate.get
 	cfg.CommitInterval = 0
 	r := startConsumer(t, cfg, func(ctx context.Context, msg kafka.Message) error {
 		started <- struct{}{}

@@ -25,21 +25,27 @@ type Positions interface {
 }
 
 // commitGeneration is the commitFunc of gen's topic: the positions of the
-// partitions first (when Config.Positions is set), then the Kafka commit,
-// both within one CommitTimeout. A position write that fails stops the
-// Kafka commit: the messages stay uncommitted, and are redelivered (and
-// decided as duplicates) only if no later commit succeeds.
+// partitions whose offset moves first (when Config.Positions is set and
+// there are any), then the Kafka commit of every partition with its mark
+// (kafkagroup.CommitMarked, as gen's member), both within one
+// CommitTimeout. A position write that fails stops the Kafka commit: the
+// messages stay uncommitted, and are redelivered (and decided as
+// duplicates) only if no later commit succeeds. A commit that only raises
+// frontiers carries the offsets already committed, whose positions are
+// written already: it writes none.
 func (c *Consumer) commitGeneration(gen *kafka.Generation) commitFunc {
-	return func(offsets map[int]int64) error {
+	return func(positions map[int]int64, commits map[int]kafkagroup.MarkedOffset) error {
 		deadline := time.Now().Add(c.cfg.CommitTimeout)
-		if err := c.advancePositions(deadline, offsets); err != nil {
-			return err
+		if len(positions) > 0 {
+			if err := c.advancePositions(deadline, positions); err != nil {
+				return err
+			}
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
 			return fmt.Errorf("no time left for the offset commit after the positions write (commit timeout %v)", c.cfg.CommitTimeout)
 		}
-		return kafkagroup.Commit(gen, c.cfg.Topic, offsets, left)
+		return kafkagroup.CommitMarked(c.client, gen, c.cfg.Topic, commits, left)
 	}
 }
 

@@ -47,7 +47,9 @@ func (f *failNth) count() int {
 func TestSequentialModeRetriesAFailedPositionsWriteWhileIdle(t *testing.T) {
 	env := newKafkaEnv(t, 1)
 	env.produce(t, map[int]int{0: 3})
-	port := &failNth{fail: 3} // the third record's write fails
+	// The third record's write fails: the first write is the generation's
+	// first commit's (every partition at its start offset).
+	port := &failNth{fail: 4}
 	cfg := env.config(t)
 	cfg.CommitInterval = 0
 	cfg.Concurrency = 1
@@ -58,7 +60,7 @@ func TestSequentialModeRetriesAFailedPositionsWriteWhileIdle(t *testing.T) {
 		return nil
 	})
 	poll.Until(t, waitLong, "every record handled", func() bool { return h.covers(ends(map[int]int{0: 3})) })
-	poll.Until(t, waitLong, "the third position write (the failing one)", func() bool { return port.count() >= 3 })
+	poll.Until(t, waitLong, "the fourth position write (the failing one)", func() bool { return port.count() >= 4 })
 	// Ten seconds idle: ten interval ticks of the default mode.
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {

@@ -84,7 +84,7 @@ func (c *Consumer) startWorkers() (stopWorkers func()) {
 // a stop during the pause abandons it at once.
 func (c *Consumer) runJob(j job) {
 	p := j.p
-	if p.stop.Err() != nil {
+	if p.stop.Err() != nil || p.work.Err() != nil { // revoked, or abandoned (see Consumer.Abandon)
 		p.done.put(completion{msg: j.msg, err: errRevoked})
 		return
 	}

@@ -77,7 +77,7 @@ func TestRetryPauseEndsWhenThePartitionStops(t *testing.T) {
 	defer stopWorkers()
 	stop, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := newPartitionState(c, nil, nil, 0, logs.Logger, stop, context.WithoutCancel(stop))
+	p := newPartitionState(c, newCommitter(nil, nil, logs.Logger), nil, 0, logs.Logger, stop, context.WithoutCancel(stop))
 	c.pool.Slots <- struct{}{}
 	c.pool.Spawn(job{p: p, msg: kafka.Message{Offset: 7}})
 	poll.Until(t, retryPause/2, "the handler to fail and its retry to be scheduled", func() bool {

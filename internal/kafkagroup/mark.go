@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -76,4 +77,53 @@ func CommittedMarks(ctx context.Context, client *kafka.Client, group, topic stri
 		out[po.Partition] = Committed{Offset: po.CommittedOffset, Mark: m, Marked: ok}
 	}
 	return out, nil
+}
+
+// MarkedOffset is one partition's offset commit with its mark: Offset is
+// the offset of the next record to consume.
+type MarkedOffset struct {
+	Offset int64
+	Mark   Mark
+}
+
+// CommitMarked commits offsets of topic in gen, each with its Mark as the
+// commit's metadata, in one OffsetCommit request sent through client
+// with gen's group, generation id and member id (kafka-go's
+// Generation.CommitOffsets sends no metadata). It waits at most timeout,
+// as Commit does: after a timeout the commit may still land, and
+// committing the same or a later offset again is harmless. An error of
+// any partition in the response is an error; a fenced or ended generation
+// is one Rebalanced recognises. Callers that commit from several
+// goroutines must serialize their calls, or an older offset may land
+// after a newer one.
+func CommitMarked(client *kafka.Client, gen *kafka.Generation, topic string, offsets map[int]MarkedOffset, timeout time.Duration) error {
+	if len(offsets) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	commits := make([]kafka.OffsetCommit, 0, len(offsets))
+	for id, o := range offsets {
+		commits = append(commits, kafka.OffsetCommit{Partition: id, Offset: o.Offset, Metadata: o.Mark.String()})
+	}
+	res, err := client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{GroupID: gen.GroupID, GenerationID: int(gen.ID),
+		MemberID: gen.MemberID, Topics: map[string][]kafka.OffsetCommit{topic: commits}})
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("offset commit timed out: %w", err)
+		}
+		return err
+	}
+	var errs []error
+	answered := 0
+	for _, pc := range res.Topics[topic] {
+		answered++
+		if pc.Error != nil {
+			errs = append(errs, fmt.Errorf("offset commit of %s/%d: %w", topic, pc.Partition, pc.Error))
+		}
+	}
+	if len(errs) == 0 && answered != len(offsets) {
+		return fmt.Errorf("offset commit of %s: %d partitions answered of %d", topic, answered, len(offsets))
+	}
+	return errors.Join(errs...)
 }
