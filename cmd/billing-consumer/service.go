@@ -184,7 +184,7 @@ func (s *service) newHealer(id string) *heal.Healer {
 		Replica: id, Logger: s.logger,
 		OnUp: func() {
 			hm.Healing.Set(1)
-			// TODO(frontier merge): s.consumer.Abandon()
+			s.consumer.Abandon() // built before the pool connects
 		},
 		OnHeal: func(rewound int64, blocked int) { hm.Rewound.Add(float64(rewound)); hm.Blocked.Add(float64(blocked)) },
 	})
@@ -218,6 +218,7 @@ func (s *service) newBilling(id string, dlqWriter *dlq.Writer, tracer trace.Trac
 	ccfg.Dialer, ccfg.Transport, ccfg.Logger, ccfg.Pause, ccfg.OnAssign = s.kconns.Dialer, s.kconns.Transport, s.logger, s.pause.Gate, s.ctl.Owned
 	ccfg.OnCommit = s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now)
 	ccfg.Positions, ccfg.OnPositionsFailed = &postgres.Positions{Pool: s.pool}, metrics.NewPositionWritesFailed(s.reg).Inc
+	ccfg.Gate = s.heal
 	if s.consumer, err = consumer.New(ccfg, s.handler.Handle); err != nil {
 		return err
 	}
