@@ -291,8 +291,10 @@ kill_primary() {
 promote() {
 	local pid
 	pid=$(receiver_pid)
-	# A stopped receiver would never exit, and promotion waits for it.
-	if [ -n "$pid" ]; then kill -CONT "$pid"; fi
+	# A stopped receiver would never exit, and promotion waits for it. The
+	# one listed may have exited since (killed by kill-receiver, or the
+	# startup process restarting it): that is not a failure.
+	if [ -n "$pid" ]; then kill -CONT "$pid" 2>/dev/null || true; fi
 	as_owner "$PG_BIN/pg_ctl" -D "$STANDBY" -w -t 60 promote >/dev/null || die "promotion failed"
 	psql_standby -c "SELECT pg_is_in_recovery()" | grep -q f || die "the promoted standby is still in recovery"
 }
