@@ -11,7 +11,7 @@ const eventsMetric = m.EventsTotal
 // rows is the dashboard, top to bottom.
 var rows = []row{
 	{"Overview", []func() panel{totalLag, eventsPerSecond, deadLetteredInRange, replicasUp}},
-	{"Kafka", []func() panel{lagPerPartition, committedPerPartition, commitRatePerPartition, eventDuration, unownedPartitions, positionWritesFailed}},
+	{"Kafka", []func() panel{lagPerPartition, committedPerPartition, commitRatePerPartition, eventDuration, unownedPartitions, positionWritesFailed, failoverHeal}},
 	{"Outcomes", []func() panel{eventsByResult, deadLetteredByReason, retriesByKind}},
 	{"Payment provider", []func() panel{paymentLatency, paymentByCode, paymentErrorRatio}},
 	{"Replicas", []func() panel{upPerReplica, partitionsOwned, operatorPause, buildsRunning}},
@@ -211,6 +211,18 @@ func unownedPartitions() panel {
 func positionWritesFailed() panel {
 	return panel{title: "Position writes failed (each stops an offset commit), per second", unit: "ops", queries: []query{
 		{"{{pod}}", "sum by (pod) (" + rate(m.PositionWritesFailed) + ")"},
+	}}
+}
+
+// failoverHeal is the failover heal (docs/design.md, "The heal"): while a
+// replica holds billing for one, the records it re-decided because the
+// database lost their decisions and the orders it blocked for an operator,
+// over the dashboard's range.
+func failoverHeal() panel {
+	return panel{title: "Failover heal (billing held; records re-decided and orders blocked over the range)", unit: "short", queries: []query{
+		{"healing {{pod}}", "max by (pod) (" + sel(m.FailoverHealing) + ")"},
+		{"records re-decided", "sum (" + increase(m.FailoverRewound, "$__range") + ")"},
+		{"orders blocked", "sum (" + increase(m.FailoverBlocked, "$__range") + ")"},
 	}}
 }
 

@@ -2,6 +2,7 @@ package heal_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -79,15 +80,28 @@ func (w *world) commit(t *testing.T, offsets map[int]int64, marks map[int]kafkag
 		}
 		commits = append(commits, c)
 	}
-	res, err := w.client.OffsetCommit(context.Background(), &kafka.OffsetCommitRequest{GroupID: w.group, GenerationID: -1,
-		Topics: map[string][]kafka.OffsetCommit{w.topic: commits}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range res.Topics[w.topic] {
-		if p.Error != nil {
-			t.Fatal(p.Error)
+	// A new topic may be unknown to the group coordinator for a moment
+	// (real Kafka: UNKNOWN_TOPIC_OR_PARTITION): retry that.
+	var last error
+	for range 50 {
+		res, err := w.client.OffsetCommit(context.Background(), &kafka.OffsetCommitRequest{GroupID: w.group, GenerationID: -1,
+			Topics: map[string][]kafka.OffsetCommit{w.topic: commits}})
+		if err != nil {
+			t.Fatal(err)
 		}
+		last = nil
+		for _, p := range res.Topics[w.topic] {
+			if p.Error != nil {
+				last = p.Error
+			}
+		}
+		if !errors.Is(last, kafka.UnknownTopicOrPartition) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if last != nil {
+		t.Fatal(last)
 	}
 }
 
