@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,6 +54,9 @@ type service struct {
 	// of pool, its gate holds the consumer and the loops that bill.
 	heal      *heal.Healer
 	healGauge prometheus.Gauge // billing_failover_healing
+	// consumerRef is consumer for the heal's hooks, which the pool's
+	// connections may call before newBilling has set consumer.
+	consumerRef atomic.Pointer[consumer.Consumer]
 
 	pool     *pgxpool.Pool
 	payer    *payment.Client
@@ -182,9 +186,18 @@ func (s *service) newHealer(id string) *heal.Healer {
 		Reader: kafkagroup.ReaderConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, Dialer: s.kconns.Dialer,
 			MaxBytes: cfg.KafkaMaxRecordBytes, Logger: s.logger},
 		Replica: id, Logger: s.logger,
+		// The pool may connect in the background before newBilling has
+		// built the consumer (pool_min_conns): nothing is in flight then.
 		OnUp: func() {
 			hm.Healing.Set(1)
-			s.consumer.Abandon() // built before the pool connects
+			if c := s.consumerRef.Load(); c != nil {
+				c.Abandon()
+			}
+		},
+		OnNewServer: func() {
+			if c := s.consumerRef.Load(); c != nil {
+				c.Drop()
+			}
 		},
 		OnHeal: func(rewound int64, blocked int) { hm.Rewound.Add(float64(rewound)); hm.Blocked.Add(float64(blocked)) },
 	})
@@ -222,6 +235,7 @@ func (s *service) newBilling(id string, dlqWriter *dlq.Writer, tracer trace.Trac
 	if s.consumer, err = consumer.New(ccfg, s.handler.Handle); err != nil {
 		return err
 	}
+	s.consumerRef.Store(s.consumer)
 	return nil
 }
 

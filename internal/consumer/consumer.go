@@ -72,7 +72,10 @@ type Consumer struct {
 
 // genControl ends a generation: end stops its partitions (they drain and
 // commit), abandon cancels its handlers' contexts first.
-type genControl struct{ end, abandon context.CancelFunc }
+// drop, for Drop, also invalidates the generation's progress: its commits
+// fail from then on (the final flush too), a position write under way
+// included.
+type genControl struct{ end, abandon, drop context.CancelFunc }
 
 // New fills in the defaults of cfg's zero fields, validates it (see
 // Validate) and returns a Consumer that calls handle for each message.
@@ -123,6 +126,24 @@ func (c *Consumer) Rejoin() {
 // generations. Safe for concurrent use.
 func (c *Consumer) Abandon() {
 	if g := c.ctl.Load(); g != nil {
+		g.abandon()
+		g.end()
+	}
+}
+
+// Drop is Abandon that also forgets what completed and is not committed
+// yet: no commit of the generation is made from then on (its final flush
+// included), and a position write under way fails, so every record after
+// the last commit is delivered again. Run calls it when the database is a
+// new server (a failover, a restore, a restart): the decisions of those
+// records were taken on the old one, which may have lost them, and
+// committing them would tell the new one it holds decisions it does not
+// (a position is believed). Redelivered records whose decisions survived
+// are decided as duplicates. On return the generation's contexts are
+// cancelled; a no-op between generations. Safe for concurrent use.
+func (c *Consumer) Drop() {
+	if g := c.ctl.Load(); g != nil {
+		g.drop()
 		g.abandon()
 		g.end()
 	}
@@ -256,9 +277,13 @@ func (c *Consumer) generation(ctx, genCtx context.Context, gen *kafka.Generation
 	// drain), and only Abandon cancels all of it at once.
 	work, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
-	c.ctl.Store(&genControl{end: cancel, abandon: abandon})
+	// valid is the generation's progress: Drop cancels it, and no commit
+	// of the generation is made after (see commitGeneration).
+	valid, drop := context.WithCancel(context.Background())
+	defer drop()
+	c.ctl.Store(&genControl{end: cancel, abandon: abandon, drop: drop})
 	defer c.ctl.Store(nil)
-	cm := newCommitter(c.commitGeneration(gen), c.cfg.OnCommit, c.cfg.Logger.With("group", c.cfg.GroupID))
+	cm := newCommitter(c.commitGeneration(gen, valid), c.cfg.OnCommit, c.cfg.Logger.With("group", c.cfg.GroupID))
 	starts, err := c.begin(stop, cm, assigned)
 	if err != nil {
 		if stop.Err() == nil {

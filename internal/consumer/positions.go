@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,14 +33,23 @@ type Positions interface {
 // messages stay uncommitted, and are redelivered (and decided as
 // duplicates) only if no later commit succeeds. A commit that only raises
 // frontiers carries the offsets already committed, whose positions are
-// written already: it writes none.
-func (c *Consumer) commitGeneration(gen *kafka.Generation) commitFunc {
+// written already: it writes none. Once valid ends (Drop), nothing is
+// written or committed: the write's context is valid's, so that a write
+// whose connection is the first to a new database server (whose check
+// calls Drop before handing the connection over) fails too.
+func (c *Consumer) commitGeneration(gen *kafka.Generation, valid context.Context) commitFunc {
 	return func(positions map[int]int64, commits map[int]kafkagroup.MarkedOffset) error {
+		if valid.Err() != nil {
+			return errDropped
+		}
 		deadline := time.Now().Add(c.cfg.CommitTimeout)
 		if len(positions) > 0 {
-			if err := c.advancePositions(deadline, positions); err != nil {
+			if err := c.advancePositions(valid, deadline, positions); err != nil {
 				return err
 			}
+		}
+		if valid.Err() != nil {
+			return errDropped
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -49,16 +59,22 @@ func (c *Consumer) commitGeneration(gen *kafka.Generation) commitFunc {
 	}
 }
 
+// errDropped is a commit of a generation that Drop invalidated.
+var errDropped = errors.New("the generation's progress was dropped (the database is a new server): nothing more is committed")
+
 // advancePositions writes offsets to Config.Positions, if any, by deadline;
 // a failure is counted (OnPositionsFailed) and returned.
-func (c *Consumer) advancePositions(deadline time.Time, offsets map[int]int64) error {
+func (c *Consumer) advancePositions(valid context.Context, deadline time.Time, offsets map[int]int64) error {
 	if c.cfg.Positions == nil {
 		return nil
 	}
 	// Not the generation's context: the final commit runs after it ended.
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := context.WithDeadline(valid, deadline)
 	defer cancel()
 	if err := c.cfg.Positions.Advance(ctx, c.cfg.GroupID, c.cfg.Topic, offsets); err != nil {
+		if valid.Err() != nil {
+			return errDropped
+		}
 		if c.cfg.OnPositionsFailed != nil {
 			c.cfg.OnPositionsFailed()
 		}

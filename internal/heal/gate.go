@@ -1,6 +1,9 @@
 package heal
 
-import "context"
+import (
+	"context"
+	"maps"
+)
 
 // set makes gate this replica's view (nil: down). On the way up it
 // cancels the running Guard passes and calls OnUp before returning.
@@ -18,9 +21,15 @@ func (h *Healer) set(gate map[int]Range) {
 	case gate == nil && wasUp:
 		h.ranges, h.healed = nil, nil
 		h.up.Store(false)
+	case gate != nil && !maps.Equal(gate, h.ranges):
+		// Another heal (lifted and installed again between two reads):
+		// as if the gate went up.
+		h.ranges, h.healed = gate, map[int]bool{}
+		for _, c := range h.passes {
+			cancels = append(cancels, c)
+		}
 	case gate != nil:
-		h.ranges = gate // the same heal; healed stays
-		h.mu.Unlock()
+		h.mu.Unlock() // the same heal; healed stays
 		return
 	default:
 		h.mu.Unlock()

@@ -43,7 +43,7 @@ func TestGateUpHoldsRewindsAndLifts(t *testing.T) {
 		t.Fatal("the gate is down: nothing held, nothing rewound")
 	}
 	changed := h.Changed()
-	if err := h.Check(ctx, st); err != nil { // the gate another replica installed
+	if err := h.Check(ctx, st, "s1"); err != nil { // the gate another replica installed
 		t.Fatal(err)
 	}
 	select {
@@ -60,7 +60,7 @@ func TestGateUpHoldsRewindsAndLifts(t *testing.T) {
 	if got := h.Start(0, 300); got != 100 {
 		t.Errorf("Start(0, 300) = %d, want the range's Lo 100", got)
 	}
-	if err := h.Check(ctx, st); err != nil || ups != 1 {
+	if err := h.Check(ctx, st, "s1"); err != nil || ups != 1 {
 		t.Fatalf("a second connection: err %v, OnUp %d times; want once", err, ups)
 	}
 	st.positions[0] = 340
@@ -89,7 +89,7 @@ func TestGuardSkipsAndCancelsBillingPasses(t *testing.T) {
 	ran := 0
 	pass := h.Guard(func(ctx context.Context) error {
 		ran++
-		if err := h.Check(ctx, st); err != nil { // the gate goes up under the pass
+		if err := h.Check(ctx, st, "s1"); err != nil { // the gate goes up under the pass
 			return err
 		}
 		if ctx.Err() == nil {

@@ -52,9 +52,10 @@ type Store interface {
 	// Positions returns the positions by partition (absent: no row).
 	Positions(ctx context.Context) (map[int]int64, error)
 	// Install, in one transaction under the heal's lock, returns the
-	// gate that is up if one is (mine false), else inserts ranges and a
-	// blocked claim for each suspect whose order has no claim row, and
-	// returns ranges, how many it blocked and mine true.
+	// gate that is up if one is (mine false), else inserts ranges, blocks
+	// each suspect's order unless its claim is charged (a new blocked
+	// claim, or its pending one blocked), and returns ranges, how many it
+	// blocked and mine true.
 	Install(ctx context.Context, ranges map[int]Range, suspects []Suspect, by string) (gate map[int]Range, blocked int, mine bool, err error)
 	// Lift lifts the gate if every range's position has reached its Hi
 	// and reports whether the gate is down now.
@@ -76,6 +77,13 @@ type Config struct {
 	// every piece of work that could decide a record past a Hi (the
 	// consumer's Abandon). The Healer itself cancels its Guard passes.
 	OnUp func()
+	// OnNewServer is called when a new connection finds the database is
+	// another server than the one this replica's connections reached so
+	// far (a failover, a restore, a restart), before that connection is
+	// used: it must forget, synchronously, every decision the replica
+	// holds as made but not committed yet (the consumer's Drop): those
+	// decisions were taken on the old server, which may have lost them.
+	OnNewServer func()
 	// OnHeal counts a heal this replica installed: records rewound below
 	// the committed offsets, orders blocked.
 	OnHeal func(rewound int64, blocked int)
@@ -96,6 +104,10 @@ type Healer struct {
 	changed chan struct{} // closed at the next change
 	passes  map[uint64]context.CancelFunc
 	nextID  uint64
+	// server is the database server this replica's connections reach
+	// (Check's server), checked whether Kafka's side was read on it.
+	server  string
+	checked bool
 }
 
 // New returns a Healer with the gate down.
@@ -106,13 +118,20 @@ func New(cfg Config) *Healer {
 	return &Healer{cfg: cfg, changed: make(chan struct{}), passes: map[uint64]context.CancelFunc{}}
 }
 
-// Check is the check on a new connection (st works on it): the gate
-// that is up if any, else Kafka's committed offsets and marks, then the
-// database's positions; a proven loss installs the gate. It returns once
-// this replica's view of the gate is the database's, and OnUp has run if
-// it went up. An error fails the connection (pgx then retries with
-// another), so that no connection is used before the check passed.
-func (h *Healer) Check(ctx context.Context, st Store) error {
+// Check is the check on a new connection (st works on it) to the database
+// server named server (its identity: it changes with a failover, a
+// restore or a restart). A new server first makes the replica forget its
+// uncommitted decisions (OnNewServer). Then the gate that is up if any;
+// else, on the first connection to a server, Kafka's committed offsets
+// and marks, then the database's positions: a proven loss installs the
+// gate. Later connections to the same server read only the gate (no
+// Kafka: a recycled connection must not need it), and the watch loop
+// keeps looking for a loss. It returns once this replica's view of the
+// gate is the database's, and OnUp has run if it went up. An error fails
+// the connection (pgx then retries with another), so that no connection
+// is used before the check passed.
+func (h *Healer) Check(ctx context.Context, st Store, server string) error {
+	h.newServer(server)
 	gate, err := st.Gate(ctx)
 	if err != nil {
 		return err
@@ -121,6 +140,48 @@ func (h *Healer) Check(ctx context.Context, st Store) error {
 		h.set(gate)
 		return nil
 	}
+	h.mu.Lock()
+	checked := h.checked
+	h.mu.Unlock()
+	if checked {
+		h.set(nil)
+		return nil
+	}
+	if err := h.look(ctx, st); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	if h.server == server {
+		h.checked = true
+	}
+	h.mu.Unlock()
+	return nil
+}
+
+// newServer notes the server a connection reached; a change (not the
+// first) calls OnNewServer and forgets which partitions were healed.
+func (h *Healer) newServer(server string) {
+	h.mu.Lock()
+	changed := h.server != "" && h.server != server
+	if h.server != server {
+		h.server, h.checked = server, false
+		if h.healed != nil {
+			h.healed = map[int]bool{}
+		}
+	}
+	h.mu.Unlock()
+	if changed {
+		h.cfg.Logger.Warn("the database is another server than before (a failover, a restore or a restart): "+
+			"forgetting the decisions not committed yet, their records will be delivered again", "group", h.cfg.Group)
+		if h.cfg.OnNewServer != nil {
+			h.cfg.OnNewServer()
+		}
+	}
+}
+
+// look reads Kafka and the positions and installs the gate on a proven
+// loss; none lowers this replica's view of the gate.
+func (h *Healer) look(ctx context.Context, st Store) error {
 	found, err := h.find(ctx, st)
 	if err != nil {
 		return err
@@ -213,16 +274,19 @@ func (h *Healer) report(found map[int]Found, gate map[int]Range, blocked, suspec
 	}
 }
 
-// Watch is the watch loop's pass: it takes the database's gate, lifts it
-// when every position has reached its target, and notes the partitions
+// Watch is the watch loop's pass: with no gate up it looks for a loss as
+// a new server's first connection does (one can become visible later: a
+// position write the dying primary acknowledged, whose offset commit
+// reached Kafka after the promotion); with a gate up it lifts it when
+// every position has reached its target, and notes the partitions
 // already healed (a partition assigned later need not be rewound again).
 func (h *Healer) Watch(ctx context.Context, st Store) error {
 	gate, err := st.Gate(ctx)
-	if err != nil || gate == nil {
-		if err == nil {
-			h.set(nil)
-		}
+	if err != nil {
 		return err
+	}
+	if gate == nil {
+		return h.look(ctx, st)
 	}
 	down, err := st.Lift(ctx)
 	if err != nil {

@@ -48,10 +48,11 @@ func (f Found) Lost() bool {
 // decisions with the rest, so those records are re-decided under the
 // gate too, and an order with events in two ranges is told apart nowhere.
 //
-//   - Lo is the surviving position when it is behind the commit; the
-//     mark's Since when the position row itself was lost; else the
-//     committed offset. Never below the log's first offset (what
-//     retention deleted cannot be re-read: Expired says how many).
+//   - Lo is the surviving position (every decision below it survived,
+//     whether it is behind the commit or ahead of it); the mark's Since
+//     when the position row itself was lost. Never below the log's first
+//     offset (what retention deleted cannot be re-read: Expired says how
+//     many).
 //   - Hi is the mark's frontier (no decision at or past it was taken
 //     before the loss), at most the log end (nothing past it existed),
 //     at least Lo.
@@ -74,11 +75,10 @@ func Plan(found map[int]Found) map[int]Range {
 		}
 		c := f.Committed
 		r := Range{Lo: c.Offset, Committed: c.Offset, Position: -1}
-		switch {
-		case !f.HasPosition:
+		if f.HasPosition {
+			r.Lo = f.Position // every decision below it survived
+		} else {
 			r.Lo = min(c.Mark.Since, c.Offset)
-		case f.Position < c.Offset:
-			r.Lo = f.Position
 		}
 		if f.HasPosition {
 			r.Position = f.Position

@@ -29,8 +29,11 @@ type Event struct {
 // lost, and the order in which the ranges are re-decided need not be the
 // one in which they were decided (different partitions, or different keys
 // of one partition, run concurrently). The heal blocks it for an operator
-// (a 'blocked' claim in First's name) unless its claim survived: a
-// surviving claim serializes the re-decisions like the first ones.
+// (a 'blocked' claim in First's name, or its surviving pending claim
+// blocked) unless its claim survived charged. A surviving pending claim
+// does not keep the first order either: the events deferred behind it
+// are re-deferred in the order of the re-decisions, and its release would
+// let the first of them charge.
 type Suspect struct {
 	OrderID int64
 	// First is the event the blocked claim is recorded for: the earliest

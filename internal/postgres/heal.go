@@ -32,11 +32,17 @@ type HealStore struct {
 
 // HealOnConnect returns the pool's AfterConnect: h's check on the new
 // connection, before pgx hands it to anyone (docs/design.md, "The heal").
+// The server's identity is its postmaster's start time: a promoted
+// standby, a restored backup and a restarted server each have another.
 // A schema without heal_range (behind this binary: the schema guard
 // refuses to bill) is not checked.
 func HealOnConnect(h *heal.Healer, group, topic string) func(context.Context, *pgx.Conn) error {
 	return func(ctx context.Context, conn *pgx.Conn) error {
-		err := h.Check(ctx, HealStore{DB: conn, Group: group, Topic: topic})
+		var server string
+		if err := conn.QueryRow(ctx, `SELECT pg_postmaster_start_time()::text`).Scan(&server); err != nil {
+			return fmt.Errorf("failover heal check: the database server's identity: %w", err)
+		}
+		err := h.Check(ctx, HealStore{DB: conn, Group: group, Topic: topic}, server)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
 			return nil
@@ -96,6 +102,16 @@ WHERE consumer_group = $1 AND topic = $2`, s.Group, s.Topic)
 	}
 	return out, nil
 }
+
+// holdSQL blocks each suspect order's surviving claim that is pending
+// (parked or not): which of its waiting events the lost commits had
+// decided, and in what order, is lost too (a surviving claim keeps no
+// order of the events re-deferred behind it). It is the transition a
+// claim takes at BILLING_CLAIM_BLOCK_AFTER (pending to blocked, sends
+// kept, so a late 2xx still marks it charged); its last_error says why.
+const holdSQL = `UPDATE charge c SET status = 'blocked', last_error = t.why
+FROM unnest($1::bigint[], $2::text[]) AS t(o, why)
+WHERE c.order_id = t.o AND c.status = 'pending'`
 
 // blockSQL gives each suspect order without a claim row a 'blocked'
 // claim in its first event's name (see heal.Suspect): its events are
@@ -170,11 +186,15 @@ func block(ctx context.Context, tx pgx.Tx, suspects []heal.Suspect) (int, error)
 			"the database lost; which one the provider charged is not known here: look each key up at the provider " +
 			"(docs/operations.md, \"After a failover\")"
 	}
+	held, err := tx.Exec(ctx, holdSQL, orders, whys)
+	if err != nil {
+		return 0, fmt.Errorf("block the surviving claims of the orders the heal cannot tell apart: %w", err)
+	}
 	tag, err := tx.Exec(ctx, blockSQL, orders, evs, customers, amounts, whys)
 	if err != nil {
 		return 0, fmt.Errorf("block the orders the heal cannot tell apart: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(held.RowsAffected() + tag.RowsAffected()), nil
 }
 
 // liftSQL lifts the gate once every range's position has reached its

@@ -12,7 +12,8 @@ import (
 )
 
 // The gate is installed once, whoever races to install it; a suspect
-// order gets a blocked claim unless its claim survived; the gate lifts
+// order gets a blocked claim unless its claim survived charged (a pending
+// one is blocked: review finding 2); the gate lifts
 // only when every range's position has reached its target.
 func TestHealStoreInstallsOnceBlocksAndLifts(t *testing.T) {
 	ctx := testContext(t)
@@ -22,10 +23,12 @@ func TestHealStoreInstallsOnceBlocksAndLifts(t *testing.T) {
 	if err := positions.Advance(ctx, "g", "t", map[int]int64{0: 100, 1: 50}); err != nil {
 		t.Fatal(err)
 	}
-	survived := int64(7)
-	if _, err := pool.Exec(ctx, `INSERT INTO charge (order_id, event_id, customer_id, amount, status, claim_token)
-VALUES ($1, $2, 42, 10, 'charged', gen_random_uuid())`, survived, uuid.Must(uuid.NewV7())); err != nil {
-		t.Fatal(err)
+	survived, pending := int64(7), int64(8)
+	for order, status := range map[int64]string{survived: "charged", pending: "pending"} {
+		if _, err := pool.Exec(ctx, `INSERT INTO charge (order_id, event_id, customer_id, amount, status, claim_token)
+VALUES ($1, $2, 42, 10, $3, gen_random_uuid())`, order, uuid.Must(uuid.NewV7()), status); err != nil {
+			t.Fatal(err)
+		}
 	}
 	suspect := func(order int64) heal.Suspect {
 		a, b := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
@@ -38,7 +41,7 @@ VALUES ($1, $2, 42, 10, 'charged', gen_random_uuid())`, survived, uuid.Must(uuid
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			gate, n, ok, err := st.Install(ctx, ranges, []heal.Suspect{suspect(5), suspect(survived)}, "r1")
+			gate, n, ok, err := st.Install(ctx, ranges, []heal.Suspect{suspect(5), suspect(survived), suspect(pending)}, "r1")
 			if err != nil || len(gate) != 2 || gate[0] != ranges[0] {
 				t.Errorf("Install: %v, gate %+v", err, gate)
 			}
@@ -51,8 +54,12 @@ VALUES ($1, $2, 42, 10, 'charged', gen_random_uuid())`, survived, uuid.Must(uuid
 		})
 	}
 	wg.Wait()
-	if mine != 1 || blocked != 1 {
-		t.Fatalf("installed %d times blocking %d orders; want once, 1 (order 7's claim survived)", mine, blocked)
+	if mine != 1 || blocked != 2 {
+		t.Fatalf("installed %d times blocking %d orders; want once, 2 (order 7's claim survived charged; 8's pending one is blocked)", mine, blocked)
+	}
+	var pendingStatus string
+	if err := pool.QueryRow(ctx, `SELECT status FROM charge WHERE order_id = $1`, pending).Scan(&pendingStatus); err != nil || pendingStatus != "blocked" {
+		t.Fatalf("order 8's surviving pending claim: %q (%v), want blocked", pendingStatus, err)
 	}
 	var status, why string
 	if err := pool.QueryRow(ctx, `SELECT status, last_error FROM charge WHERE order_id = 5`).Scan(&status, &why); err != nil || status != "blocked" {
