@@ -3,8 +3,10 @@ package heal_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 	"github.com/billing-consumer/billing-consumer/internal/postgres"
@@ -46,5 +48,24 @@ func TestReviewHealWatchFindsALossTheConnectionsMissed(t *testing.T) {
 	if !h.Up() {
 		t.Errorf("a marked commit at 3 over position 1, three watch passes later: the gate is not up " +
 			"(Watch never compares Kafka's commits with the positions; only a new connection does)")
+	}
+}
+
+// Liveness (review): with Kafka unreachable, no new database connection
+// of run's pool can be made at all — the check runs before any use and
+// fails — so the completer, the deferred decisions, the pause and heal
+// watches, the schema guard's heartbeat and /readyz's database checks
+// all fail once their connections are recycled, though none of them needs
+// Kafka. This test reports how long one attempt takes and what it says.
+func TestReviewHealConnectWithKafkaDown(t *testing.T) {
+	w := newWorld(t, nil)
+	w.client = &kafka.Client{Addr: kafka.TCP("127.0.0.1:1"), Timeout: 10 * time.Second}
+	ups, blocked := 0, 0
+	_, pool := w.healer(t, &ups, &blocked)
+	start := time.Now()
+	err := pool.Ping(context.Background())
+	t.Logf("Ping with Kafka down: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Errorf("no database connection while Kafka is down: %v", err)
 	}
 }
