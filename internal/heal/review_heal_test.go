@@ -2,27 +2,28 @@ package heal_test
 
 import (
 	"context"
+	"errors"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 	"github.com/billing-consumer/billing-consumer/internal/postgres"
 )
 
-// Adversarial review (issue 30 item 2). design.md "The heal", "When it
-// runs": "On every new database connection of run's pool ... and on each
-// replica's watch loop (every second). It reads the gate first; if none is
-// up, Kafka's committed offsets and marks, then the database's positions".
-// Watch reads only the gate: a loss that becomes visible after the
+// Review finding 3 (issue 30 item 2): the watch loop looks for a loss too.
+// Before the fix Watch read only the gate: a loss that becomes visible after the
 // connections were made and checked — a marked commit that reaches Kafka
 // after the promoted standby's connections ran their check (its position
 // write was acknowledged by the old primary just before it died, the
 // OffsetCommit was slower than the promotion) — is never seen while the
 // pool makes no new connection.
-func TestReviewHealWatchFindsALossTheConnectionsMissed(t *testing.T) {
+func TestWatchFindsALossTheConnectionsMissed(t *testing.T) {
 	ev := func() uuid.UUID { return uuid.Must(uuid.NewV7()) }
 	w := newWorld(t, []rec{{0, 1, ev()}, {0, 2, ev()}, {0, 3, ev()}, {0, 4, ev()}})
 	ctx := context.Background()
@@ -51,21 +52,41 @@ func TestReviewHealWatchFindsALossTheConnectionsMissed(t *testing.T) {
 	}
 }
 
-// Liveness (review): with Kafka unreachable, no new database connection
-// of run's pool can be made at all — the check runs before any use and
-// fails — so the completer, the deferred decisions, the pause and heal
-// watches, the schema guard's heartbeat and /readyz's database checks
-// all fail once their connections are recycled, though none of them needs
-// Kafka. This test reports how long one attempt takes and what it says.
-func TestReviewHealConnectWithKafkaDown(t *testing.T) {
+// Liveness (review finding 5): with Kafka unreachable, a new connection
+// to the server this replica has already checked (a recycled one: pgx's
+// lifetimes) needs no Kafka, so the completer, the watches, the schema
+// guard and /readyz keep their database. A new server's first connection
+// still does (its check reads the committed offsets). Before the fix no
+// connection could be made at all while Kafka was down.
+func TestCheckNeedsNoKafkaForARecycledConnection(t *testing.T) {
 	w := newWorld(t, nil)
-	w.client = &kafka.Client{Addr: kafka.TCP("127.0.0.1:1"), Timeout: 10 * time.Second}
+	kafkaDown := &atomic.Bool{}
+	w.client = &kafka.Client{Addr: kafka.TCP(w.brokers...), Timeout: 10 * time.Second, Transport: failing{kafka.DefaultTransport, kafkaDown}}
 	ups, blocked := 0, 0
 	_, pool := w.healer(t, &ups, &blocked)
+	ctx := context.Background()
+	if err := pool.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kafkaDown.Store(true)
+	pool.Reset() // every connection closed: the next one is new
 	start := time.Now()
-	err := pool.Ping(context.Background())
-	t.Logf("Ping with Kafka down: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	err := pool.Ping(ctx)
+	t.Logf("Ping on a recycled connection with Kafka down: %v after %v", err, time.Since(start).Round(time.Millisecond))
 	if err != nil {
 		t.Errorf("no database connection while Kafka is down: %v", err)
 	}
+}
+
+// failing is a Kafka transport that fails every request while down is set.
+type failing struct {
+	kafka.RoundTripper
+	down *atomic.Bool
+}
+
+func (f failing) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.Message) (protocol.Message, error) {
+	if f.down.Load() {
+		return nil, errors.New("kafka down (test)")
+	}
+	return f.RoundTripper.RoundTrip(ctx, addr, msg)
 }
