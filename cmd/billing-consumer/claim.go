@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
 )
 
 // claimSynopsis is each claim subcommand's usage line.
@@ -86,7 +87,12 @@ func claimCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	return onDB(ctx, stderr, func(ctx context.Context, _ config, pool *pgxpool.Pool, logger *slog.Logger) error {
+	return onDB(ctx, stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
+		if sub != "show" {
+			if err := postgres.RefuseDuringHeal(ctx, pool, cfg.KafkaGroupID); err != nil {
+				return fmt.Errorf("claim %s: %w", sub, err)
+			}
+		}
 		return claimOn(ctx, pool, logger, stdout, sub, action, req)
 	})
 }

@@ -163,6 +163,9 @@ type partitionView struct {
 	id                  int
 	committed, position int64
 	writtenAt           time.Time
+	// marked: the commit carries the consumer's mark, so a position behind
+	// it is a loss (the heal's), never a reset to accept.
+	marked bool
 }
 
 // read returns the view of the partitions of the topic (only want, unless
@@ -180,7 +183,7 @@ func (g groupPositions) read(ctx context.Context, want int) ([]partitionView, er
 		ids = []int{want}
 	}
 	slices.Sort(ids)
-	committed, err := kafkagroup.CommittedOffsets(ctx, g.client, g.group, g.topic, ids)
+	committed, err := kafkagroup.CommittedMarks(ctx, g.client, g.group, g.topic, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -191,8 +194,8 @@ func (g groupPositions) read(ctx context.Context, want int) ([]partitionView, er
 	out := make([]partitionView, 0, len(ids))
 	for _, id := range ids {
 		v := partitionView{id: id, committed: -1, position: -1}
-		if c, ok := committed[id]; ok && c >= 0 {
-			v.committed = c
+		if c, ok := committed[id]; ok {
+			v.committed, v.marked = c.Offset, c.Marked
 		}
 		if p, ok := pos[id]; ok {
 			v.position, v.writtenAt = p.Next, p.WrittenAt
@@ -211,9 +214,12 @@ func (g groupPositions) run(ctx context.Context, logger *slog.Logger, stdout io.
 	if sub == "accept" && req.dryRun {
 		printDryRun(stdout, g.group, views)
 	} else if sub == "accept" {
+		if err := postgres.RefuseDuringHeal(ctx, g.positions.Pool, g.group); err != nil {
+			return fmt.Errorf("positions accept: %w", err)
+		}
 		targets := map[int]int64{}
 		for _, v := range views {
-			if v.committed >= 0 {
+			if v.committed >= 0 && !v.marked {
 				targets[v.id] = v.committed
 			}
 		}
@@ -257,7 +263,11 @@ func (g groupPositions) run(ctx context.Context, logger *slog.Logger, stdout io.
 func printDryRun(w io.Writer, group string, views []partitionView) {
 	n := 0
 	for _, v := range views {
-		if v.committed >= 0 && v.position < v.committed {
+		switch {
+		case v.committed >= 0 && v.position < v.committed && v.marked:
+			fmt.Fprintf(w, "dry run: partition %d is behind a commit of this release (marked): lost database commits, "+
+				"which the failover heal re-decides; accept leaves it\n", v.id)
+		case v.committed >= 0 && v.position < v.committed:
 			fmt.Fprintf(w, "dry run: would move partition %d from %s to %d\n", v.id, offsetText(v.position), v.committed)
 			n++
 		}
@@ -279,6 +289,8 @@ func printPositions(w io.Writer, group, topic string, views []partitionView) {
 			state = "untracked (no position written yet)"
 		case v.committed < 0:
 			state = "nothing committed in Kafka"
+		case v.committed > v.position && v.marked:
+			gap, state = fmt.Sprint(v.committed-v.position), "database behind a marked commit: lost database commits (the failover heal re-decides them)"
 		case v.committed > v.position:
 			gap, state = fmt.Sprint(v.committed-v.position), "database behind Kafka"
 			behind++
@@ -291,8 +303,8 @@ func printPositions(w io.Writer, group, topic string, views []partitionView) {
 	}
 	_ = tw.Flush()
 	if behind > 0 {
-		fmt.Fprintf(w, "%d partition(s) where Kafka is ahead of the database: lost database commits, a forward offset reset\n"+
-			"(then run billing-consumer positions accept --reason TEXT) or commits by a release that writes no positions\n", behind)
+		fmt.Fprintf(w, "%d partition(s) where Kafka is ahead of the database by unmarked commits: a forward offset reset\n"+
+			"(billing-consumer positions accept --reason TEXT puts the table in step) or commits by a release that writes no marks\n", behind)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 	"github.com/billing-consumer/billing-consumer/internal/postgres"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
@@ -184,5 +185,67 @@ func commitOffsets(t *testing.T, ctx context.Context, brokers []string, group, t
 		if ps.Error != nil {
 			t.Fatalf("commit offsets, partition %d: %v", ps.Partition, ps.Error)
 		}
+	}
+}
+
+// A gap behind a marked commit (this release's: a position write preceded
+// it) is a loss, which the failover heal re-decides: show says so, accept
+// leaves it, and while a heal's gate is up accept and the claim commands
+// that settle an order refuse (the heal's review, finding 4).
+func TestPositionsAcceptLeavesLossesAndWaitsForTheHeal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	brokers := kafkatest.Brokers(t)
+	topic, group := kafkatest.UniqueName("cmd-heal"), kafkatest.UniqueName("cmd-heal-billing")
+	kafkatest.CreateTopic(t, brokers, topic, 2)
+	pool := pgtest.NewPool(t)
+	setEnv(t, map[string]string{
+		"BILLING_KAFKA_BROKERS":  strings.Join(brokers, ","),
+		"BILLING_KAFKA_TOPIC":    topic,
+		"BILLING_KAFKA_GROUP_ID": group,
+		"BILLING_DATABASE_URL":   pool.Config().ConnString(),
+	})
+	produceTo(t, ctx, brokers, topic, map[int]int{0: 10, 1: 10})
+	commitOffsets(t, ctx, brokers, group, topic, map[int]int64{0: 10})
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: &kafka.Transport{}, Timeout: 15 * time.Second}
+	res, err := client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{GroupID: group, GenerationID: -1, Topics: map[string][]kafka.OffsetCommit{
+		topic: {{Partition: 1, Offset: 10, Metadata: kafkagroup.Mark{Frontier: 12, Since: 0}.String()}}}})
+	if err != nil || res.Topics[topic][0].Error != nil {
+		t.Fatalf("marked commit: %v %+v", err, res)
+	}
+	if err := (&postgres.Positions{Pool: pool}).Advance(ctx, group, topic, map[int]int64{0: 5, 1: 5}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := run(ctx, args, &out, &errOut)
+		return out.String() + errOut.String(), err
+	}
+	out, err := cmd("positions", "show")
+	if err != nil || !strings.Contains(out, "lost database commits (the failover heal re-decides them)") {
+		t.Errorf("show: %v\n%s", err, out)
+	}
+	out, err = cmd("positions", "accept", "--dry-run", "--reason", "INC-9", "--operator", "ann")
+	if err != nil || !strings.Contains(out, "would move partition 0 from 5 to 10") || !strings.Contains(out, "partition 1 is behind a commit of this release") {
+		t.Errorf("accept --dry-run: %v\n%s", err, out)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO heal_range (consumer_group, topic, partition, lo, hi, committed, position, started_by)
+VALUES ($1, $2, 1, 5, 12, 10, 5, 'test')`, group, topic); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"positions", "accept", "--reason", "INC-9", "--operator", "ann"},
+		{"claim", "release", "--order", "1", "--reason", "INC-9", "--provider-holds-no-charge", "--operator", "ann"},
+	} {
+		if out, err := cmd(args...); err == nil || !strings.Contains(err.Error(), "a failover heal is in progress") {
+			t.Errorf("%q during a heal: %v, want the heal's refusal\n%s", args, err, out)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE heal_range SET lifted_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	out, err = cmd("positions", "accept", "--reason", "INC-9", "--operator", "ann")
+	if err != nil || !strings.Contains(out, "moved 1 position(s)") {
+		t.Errorf("accept after the lift: %v, want partition 0 moved alone\n%s", err, out)
 	}
 }

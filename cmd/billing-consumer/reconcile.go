@@ -19,6 +19,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/pause"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
 )
 
 // completer builds the ledger completer of the service and of reconcile;
@@ -76,6 +77,11 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	defer pool.Close()
 	if err := schemaCurrent(ctx, pool); err != nil {
 		return err
+	}
+	if !*dryRun {
+		if err := postgres.RefuseDuringHeal(ctx, pool, cfg.KafkaGroupID); err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
 	}
 	paused := &reconcilePause{ctx: ctx, pool: pool, group: cfg.KafkaGroupID, timeout: cfg.DBTimeout}
 	rep, err := completer(cfg, pool, charger, logger, billing.SenderReconcile, hostname(), paused.paused).RunOnce(ctx, billing.PassOptions{OlderThan: *olderThan, DryRun: *dryRun, ListBlocked: true})

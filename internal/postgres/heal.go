@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/heal"
 )
@@ -212,4 +213,28 @@ func (s HealStore) Lift(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("lift the heal gate of %s/%s: %w", s.Group, s.Topic, err)
 	}
 	return tag.RowsAffected() > 0, nil
+}
+
+// ErrHealing is returned by RefuseDuringHeal while a heal's gate is up.
+var ErrHealing = errors.New("a failover heal is in progress (billing-consumer positions show lists its ranges): " +
+	"run it again once the gate has lifted; acting now would decide an order before the records the database lost are re-decided")
+
+// RefuseDuringHeal returns ErrHealing while a heal's gate is up for group
+// (any topic): the operator's commands that settle or move what the heal
+// re-decides (claim release and mark-charged, reconcile, positions
+// accept) wait for the lift, as the service's own loops that bill do. A
+// schema without heal_range has no heal.
+func RefuseDuringHeal(ctx context.Context, pool *pgxpool.Pool, group string) error {
+	var up bool
+	err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM heal_range WHERE consumer_group = $1 AND lifted_at IS NULL)`, group).Scan(&up)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01":
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the failover heal's gate: %w", err)
+	case up:
+		return ErrHealing
+	}
+	return nil
 }
