@@ -116,11 +116,19 @@ func (p *reconcilePause) paused() bool {
 	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
 	defer cancel()
 	p.state, p.err = pause.Get(ctx, p.pool, p.group)
+	if p.err == nil {
+		// A failover heal that began since reconcile started holds it as
+		// a pause does (the service's own completer skips its passes).
+		p.err = postgres.RefuseDuringHeal(ctx, p.pool, p.group)
+	}
 	return p.err != nil || p.state.Paused
 }
 
 // why says what stopped reconcile: the pause, or the failed read of it.
 func (p *reconcilePause) why() string {
+	if errors.Is(p.err, postgres.ErrHealing) {
+		return p.err.Error()
+	}
 	if p.err != nil {
 		return fmt.Sprintf("cannot tell whether billing is paused (%v)", p.err)
 	}

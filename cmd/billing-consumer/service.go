@@ -123,6 +123,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		return nil, err
 	}
 	s.onClose(s.pool.Close)
+	s.heal.SetStore(postgres.HealStore{DB: s.pool, Group: cfg.KafkaGroupID, Topic: cfg.KafkaTopic})
 	s.pause = pauseWatcher(s)
 	s.guard = &schemaGuard{
 		register: func(ctx context.Context) error {

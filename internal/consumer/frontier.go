@@ -143,7 +143,11 @@ func (c *Consumer) begin(stop context.Context, cm *committer, assigned []kafka.P
 	}
 	wait := beginRetry
 	for {
-		starts, err := c.startPoints(stop, assigned)
+		err := c.look(stop)
+		var starts map[int]startPoint
+		if err == nil {
+			starts, err = c.startPoints(stop, assigned)
+		}
 		if err == nil {
 			err = cm.begin(starts)
 		}
@@ -166,6 +170,24 @@ func (c *Consumer) begin(stop context.Context, cm *committer, assigned []kafka.P
 		}
 		wait = min(2*wait, maxBeginRetry)
 	}
+}
+
+// lookTimeout bounds the Gate's Look: when it finds a loss it re-reads
+// the lost ranges from Kafka before it installs the heal.
+const lookTimeout = 30 * time.Second
+
+// look asks the Gate, if any, to look for a loss before the generation's
+// first commit writes the committed offsets as the positions.
+func (c *Consumer) look(stop context.Context) error {
+	if c.cfg.Gate == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(stop, lookTimeout)
+	defer cancel()
+	if err := c.cfg.Gate.Look(ctx); err != nil {
+		return fmt.Errorf("the failover heal's look before the first commit: %w", err)
+	}
+	return nil
 }
 
 // startPoints reads what the generation's first commit needs: the

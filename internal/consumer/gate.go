@@ -1,5 +1,7 @@
 package consumer
 
+import "context"
+
 // Gate is the failover heal's hold on the stream (internal/heal implements it).
 //
 // The consumer asks Start once per assigned partition at the beginning of
@@ -17,4 +19,10 @@ type Gate interface {
 	Hold(partition int, offset int64) bool
 	// Changed is closed at the gate's next change; a held partition asks Hold again then.
 	Changed() <-chan struct{}
+	// Look is called at the beginning of every generation, before Start
+	// and the first commit, which writes the committed offsets as the
+	// positions: it returns once the gate reflects the group's committed
+	// offsets and the database's positions of now (a loss it finds is
+	// installed first). An error is retried like a failed first commit.
+	Look(ctx context.Context) error
 }

@@ -48,6 +48,19 @@ func newWorld(t *testing.T, recs []rec) *world {
 	w := &world{brokers: kafkatest.Brokers(t), topic: kafkatest.UniqueName("heal"), group: kafkatest.UniqueName("heal-g")}
 	kafkatest.CreateTopic(t, w.brokers, w.topic, 2)
 	w.client = &kafka.Client{Addr: kafka.TCP(w.brokers...), Timeout: 10 * time.Second}
+	// A new topic may be unknown for a moment to the broker that answers
+	// metadata or to the group coordinator (real Kafka).
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ids, err := kafkagroup.Partitions(context.Background(), w.client, w.topic)
+		if err == nil && len(ids) == 2 {
+			if _, err = kafkagroup.CommittedMarks(context.Background(), w.client, w.group, w.topic, ids); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("topic %s not ready: %v", w.topic, err)
+		}
+	}
 	wr := &kafka.Writer{Addr: kafka.TCP(w.brokers...), Topic: w.topic, Balancer: partitionOf{}, BatchSize: 1}
 	defer wr.Close()
 	for _, r := range recs {

@@ -7,14 +7,23 @@ import (
 
 // set makes gate this replica's view (nil: down). On the way up it
 // cancels the running Guard passes and calls OnUp before returning.
-func (h *Healer) set(gate map[int]Range) {
+func (h *Healer) set(gate map[int]Range) { h.apply(gate, nil) }
+
+// apply is set; with seen, a nil gate lowers the view only if it has not
+// gone up since seen (under the same lock as the raise).
+func (h *Healer) apply(gate map[int]Range, seen *uint64) {
 	h.mu.Lock()
+	if gate == nil && seen != nil && h.raised != *seen {
+		h.mu.Unlock()
+		return
+	}
 	wasUp := h.ranges != nil
 	var cancels []context.CancelFunc
 	switch {
 	case gate != nil && !wasUp:
 		h.ranges, h.healed = gate, map[int]bool{}
 		h.up.Store(true)
+		h.raised++
 		for _, c := range h.passes {
 			cancels = append(cancels, c)
 		}
@@ -25,6 +34,7 @@ func (h *Healer) set(gate map[int]Range) {
 		// Another heal (lifted and installed again between two reads):
 		// as if the gate went up.
 		h.ranges, h.healed = gate, map[int]bool{}
+		h.raised++
 		for _, c := range h.passes {
 			cancels = append(cancels, c)
 		}
@@ -46,6 +56,17 @@ func (h *Healer) set(gate map[int]Range) {
 		h.cfg.OnUp()
 	}
 }
+
+// raises returns how many times the gate went up so far.
+func (h *Healer) raises() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.raised
+}
+
+// lower lowers this replica's view of the gate, read as down when raises
+// was seen, unless it went up since: that read is stale.
+func (h *Healer) lower(seen uint64) { h.apply(nil, &seen) }
 
 // Up reports whether the gate is up on this replica.
 func (h *Healer) Up() bool { return h.up.Load() }

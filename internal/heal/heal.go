@@ -89,6 +89,17 @@ type Config struct {
 	OnHeal func(rewound int64, blocked int)
 	// Now is the clock for decoding events (time.Now if nil).
 	Now func() time.Time
+	// Store is the heal's store on the pool, for Look (nil: Look does
+	// nothing). run's pool is made after the Healer (its AfterConnect is
+	// the Healer's check): SetStore sets it then.
+	Store Store
+}
+
+// SetStore sets Config.Store; call it before the consumer runs.
+func (h *Healer) SetStore(st Store) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cfg.Store = st
 }
 
 // Healer is the heal of one replica: the check on each new connection,
@@ -108,6 +119,9 @@ type Healer struct {
 	// (Check's server), checked whether Kafka's side was read on it.
 	server  string
 	checked bool
+	// raised counts the times the gate went up: a view read before a
+	// raise must not lower it (see lower).
+	raised uint64
 }
 
 // New returns a Healer with the gate down.
@@ -132,6 +146,7 @@ func New(cfg Config) *Healer {
 // is used before the check passed.
 func (h *Healer) Check(ctx context.Context, st Store, server string) error {
 	h.newServer(server)
+	seen := h.raises()
 	gate, err := st.Gate(ctx)
 	if err != nil {
 		return err
@@ -144,10 +159,10 @@ func (h *Healer) Check(ctx context.Context, st Store, server string) error {
 	checked := h.checked
 	h.mu.Unlock()
 	if checked {
-		h.set(nil)
+		h.lower(seen)
 		return nil
 	}
-	if err := h.look(ctx, st); err != nil {
+	if err := h.look(ctx, st, seen); err != nil {
 		return err
 	}
 	h.mu.Lock()
@@ -180,18 +195,44 @@ func (h *Healer) newServer(server string) {
 }
 
 // look reads Kafka and the positions and installs the gate on a proven
-// loss; none lowers this replica's view of the gate.
-func (h *Healer) look(ctx context.Context, st Store) error {
+// loss; none lowers this replica's view of the gate, unless it went up
+// since seen (a read that began before another raise is stale).
+func (h *Healer) look(ctx context.Context, st Store, seen uint64) error {
 	found, err := h.find(ctx, st)
 	if err != nil {
 		return err
 	}
 	plan := Plan(found)
 	if plan == nil {
-		h.set(nil)
+		h.lower(seen)
 		return nil
 	}
 	return h.install(ctx, st, found, plan)
+}
+
+// Look is the check a consumer generation makes before its first commit
+// (consumer.Gate): that commit writes the group's committed offsets as
+// the positions, which would erase a loss no check has seen yet (a marked
+// commit that reached Kafka after the new server's connections were
+// checked). It returns once this replica's view of the gate reflects the
+// group's committed offsets and the database's positions of now.
+func (h *Healer) Look(ctx context.Context) error {
+	h.mu.Lock()
+	st := h.cfg.Store
+	h.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	seen := h.raises()
+	gate, err := st.Gate(ctx)
+	if err != nil {
+		return err
+	}
+	if gate != nil {
+		h.set(gate)
+		return nil
+	}
+	return h.look(ctx, st, seen)
 }
 
 // find reads Kafka first, then the database, then the log bounds.
@@ -281,12 +322,14 @@ func (h *Healer) report(found map[int]Found, gate map[int]Range, blocked, suspec
 // every position has reached its target, and notes the partitions
 // already healed (a partition assigned later need not be rewound again).
 func (h *Healer) Watch(ctx context.Context, st Store) error {
+	seen := h.raises()
 	gate, err := st.Gate(ctx)
 	if err != nil {
 		return err
 	}
 	if gate == nil {
-		return h.look(ctx, st)
+		h.lower(seen) // at once: a lift must not wait for Kafka
+		return h.look(ctx, st, seen)
 	}
 	down, err := st.Lift(ctx)
 	if err != nil {
@@ -294,7 +337,7 @@ func (h *Healer) Watch(ctx context.Context, st Store) error {
 	}
 	if down {
 		h.cfg.Logger.Warn("failover heal: every range re-decided, gate lifted", "group", h.cfg.Group, "topic", h.cfg.Topic)
-		h.set(nil)
+		h.lower(seen)
 		return nil
 	}
 	pos, err := st.Positions(ctx)

@@ -40,7 +40,8 @@ type HealStore struct {
 func HealOnConnect(h *heal.Healer, group, topic string) func(context.Context, *pgx.Conn) error {
 	return func(ctx context.Context, conn *pgx.Conn) error {
 		var server string
-		if err := conn.QueryRow(ctx, `SELECT pg_postmaster_start_time()::text`).Scan(&server); err != nil {
+		// The epoch, not the text: that is in the session's time zone.
+		if err := conn.QueryRow(ctx, `SELECT extract(epoch FROM pg_postmaster_start_time())::text`).Scan(&server); err != nil {
 			return fmt.Errorf("failover heal check: the database server's identity: %w", err)
 		}
 		err := h.Check(ctx, HealStore{DB: conn, Group: group, Topic: topic}, server)
@@ -104,12 +105,10 @@ WHERE consumer_group = $1 AND topic = $2`, s.Group, s.Topic)
 	return out, nil
 }
 
-// holdSQL blocks each suspect order's surviving claim that is pending
-// (parked or not): which of its waiting events the lost commits had
-// decided, and in what order, is lost too (a surviving claim keeps no
-// order of the events re-deferred behind it). It is the transition a
-// claim takes at BILLING_CLAIM_BLOCK_AFTER (pending to blocked, sends
-// kept, so a late 2xx still marks it charged); its last_error says why.
+// holdSQL blocks the given surviving pending claims (parked or not):
+// see holds. It is the transition a claim takes at
+// BILLING_CLAIM_BLOCK_AFTER (pending to blocked, sends kept, so a late 2xx
+// still marks it charged); its last_error says why.
 const holdSQL = `UPDATE charge c SET status = 'blocked', last_error = t.why
 FROM unnest($1::bigint[], $2::text[]) AS t(o, why)
 WHERE c.order_id = t.o AND c.status = 'pending'`
@@ -168,8 +167,8 @@ func (s HealStore) Install(ctx context.Context, ranges map[int]heal.Range, suspe
 	return ranges, blocked, true, nil
 }
 
-// block inserts the suspects' blocked claims and returns how many it
-// inserted.
+// block inserts the suspects' blocked claims, blocks the surviving
+// pending claims holds picks, and returns how many orders it blocked.
 func block(ctx context.Context, tx pgx.Tx, suspects []heal.Suspect) (int, error) {
 	if len(suspects) == 0 {
 		return 0, nil
@@ -187,7 +186,11 @@ func block(ctx context.Context, tx pgx.Tx, suspects []heal.Suspect) (int, error)
 			"the database lost; which one the provider charged is not known here: look each key up at the provider " +
 			"(docs/operations.md, \"After a failover\")"
 	}
-	held, err := tx.Exec(ctx, holdSQL, orders, whys)
+	heldOrders, heldWhys, err := holds(ctx, tx, suspects, whys)
+	if err != nil {
+		return 0, err
+	}
+	held, err := tx.Exec(ctx, holdSQL, heldOrders, heldWhys)
 	if err != nil {
 		return 0, fmt.Errorf("block the surviving claims of the orders the heal cannot tell apart: %w", err)
 	}
@@ -196,6 +199,49 @@ func block(ctx context.Context, tx pgx.Tx, suspects []heal.Suspect) (int, error)
 		return 0, fmt.Errorf("block the orders the heal cannot tell apart: %w", err)
 	}
 	return int(held.RowsAffected() + tag.RowsAffected()), nil
+}
+
+// holds picks the suspects whose surviving claim is pending and has two
+// or more of the suspect's events other than its own waiting behind it:
+// which of them the lost commits had decided, and in what order, is lost
+// too (a surviving claim keeps no order of the events re-deferred behind
+// it, and its release lets the first of them charge). With one waiter the
+// order is the only one there is: the claim settles, then that event is
+// decided, as the first time. It locks the claims it reads.
+func holds(ctx context.Context, tx pgx.Tx, suspects []heal.Suspect, whys []string) ([]int64, []string, error) {
+	orders := make([]int64, len(suspects))
+	for i, s := range suspects {
+		orders[i] = s.OrderID
+	}
+	rows, err := tx.Query(ctx, `SELECT order_id, event_id FROM charge WHERE order_id = ANY($1) AND status = 'pending'
+ORDER BY order_id FOR UPDATE`, orders)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the surviving claims of the suspects: %w", err)
+	}
+	owner := map[int64][16]byte{}
+	var order int64
+	var ev [16]byte
+	if _, err := pgx.ForEachRow(rows, []any{&order, &ev}, func() error { owner[order] = ev; return nil }); err != nil {
+		return nil, nil, fmt.Errorf("read the surviving claims of the suspects: %w", err)
+	}
+	var held []int64
+	var heldWhys []string
+	for i, s := range suspects {
+		own, ok := owner[s.OrderID]
+		if !ok {
+			continue
+		}
+		waiters := 0
+		for _, id := range s.EventIDs {
+			if [16]byte(id) != own {
+				waiters++
+			}
+		}
+		if waiters >= 2 {
+			held, heldWhys = append(held, s.OrderID), append(heldWhys, whys[i])
+		}
+	}
+	return held, heldWhys, nil
 }
 
 // liftSQL lifts the gate once every range's position has reached its

@@ -35,13 +35,22 @@ VALUES ($1, $2, 42, 10, $3, gen_random_uuid())`, order, uuid.Must(uuid.NewV7()),
 		return heal.Suspect{OrderID: order, First: heal.Event{EventID: a, OrderID: order, CustomerID: 42, Amount: 9990},
 			EventIDs: []uuid.UUID{a, b}}
 	}
+	// Order 9's pending claim is one of its two events: one waiter, whose
+	// order after the claim is the only one there is: not blocked.
+	own := uuid.Must(uuid.NewV7())
+	if _, err := pool.Exec(ctx, `INSERT INTO charge (order_id, event_id, customer_id, amount, status, claim_token)
+VALUES (9, $1, 42, 10, 'pending', gen_random_uuid())`, own); err != nil {
+		t.Fatal(err)
+	}
+	oneWaiter := suspect(9)
+	oneWaiter.EventIDs[0], oneWaiter.First.EventID = own, own
 	ranges := map[int]heal.Range{0: {Lo: 100, Hi: 340, Committed: 300, Position: 100}, 1: {Lo: 50, Hi: 60, Committed: 50, Position: 50}}
 	var mu sync.Mutex
 	mine, blocked := 0, 0
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			gate, n, ok, err := st.Install(ctx, ranges, []heal.Suspect{suspect(5), suspect(survived), suspect(pending)}, "r1")
+			gate, n, ok, err := st.Install(ctx, ranges, []heal.Suspect{suspect(5), suspect(survived), suspect(pending), oneWaiter}, "r1")
 			if err != nil || len(gate) != 2 || gate[0] != ranges[0] {
 				t.Errorf("Install: %v, gate %+v", err, gate)
 			}
@@ -60,6 +69,9 @@ VALUES ($1, $2, 42, 10, $3, gen_random_uuid())`, order, uuid.Must(uuid.NewV7()),
 	var pendingStatus string
 	if err := pool.QueryRow(ctx, `SELECT status FROM charge WHERE order_id = $1`, pending).Scan(&pendingStatus); err != nil || pendingStatus != "blocked" {
 		t.Fatalf("order 8's surviving pending claim: %q (%v), want blocked", pendingStatus, err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT status FROM charge WHERE order_id = 9`).Scan(&pendingStatus); err != nil || pendingStatus != "pending" {
+		t.Fatalf("order 9's surviving pending claim with one waiter: %q (%v), want pending", pendingStatus, err)
 	}
 	var status, why string
 	if err := pool.QueryRow(ctx, `SELECT status, last_error FROM charge WHERE order_id = 5`).Scan(&status, &why); err != nil || status != "blocked" {
