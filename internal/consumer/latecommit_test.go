@@ -12,11 +12,12 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
-// Review 2 (finding 3's fix is incomplete): the loss the watch loop was
-// added for — a marked commit that reaches Kafka after the new server's
-// first connection ran its check — is erased by the next generation's
-// first commit, which writes Kafka's committed offset as the position
-// (committer.begin) before the watch's next pass (1 s) can compare them.
+// The loss the watch loop looks for — a marked commit that reaches Kafka
+// after the new server's first connection ran its check — must not be
+// erased by the next generation's first commit, which writes Kafka's
+// committed offset as the position (committer.begin): the generation asks
+// the heal to Look first. Found by the heal's second review; before the
+// fix: "no gate, and offsets [3 4 5 6 7] ... never delivered again".
 // The replica whose late commit it is rejoins right after it landed:
 // Drop (its first new connection) ends its generation, the final flush
 // waits on the in-flight commit (sending), and kafka-go's new generation
@@ -25,13 +26,14 @@ import (
 // 8 lands, the replica's new generation begins; the watch then finds
 // position 8 = commit 8, no loss, and the records 3..7 whose decisions
 // the database lost are never delivered again.
-func TestLateCommitIsErasedByTheNextGenerationsFirstCommit(t *testing.T) {
+func TestLateMarkedCommitIsNotErasedByTheNextGeneration(t *testing.T) {
 	env := newKafkaEnv(t, 1)
 	env.produce(t, map[int]int{0: 10})
 	db := &failoverDB{pos: map[int]int64{0: 3}, server: "standby"}
 	db.healer = heal.New(heal.Config{Group: env.group, Topic: env.topic, Client: env.client,
 		Reader: kafkagroup.ReaderConfig{Brokers: env.brokers, Topic: env.topic}, Replica: "review2",
 		Logger: testLogger(t).Logger})
+	db.healer.SetStore(db) // as run's: the generation's Look reads the pool
 	commit := func(offset int64) {
 		t.Helper()
 		res, err := env.client.OffsetCommit(context.Background(), &kafka.OffsetCommitRequest{GroupID: env.group, GenerationID: -1,
