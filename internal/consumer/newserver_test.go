@@ -58,7 +58,7 @@ func (d *failoverDB) Positions(context.Context) (map[int]int64, error) {
 	return maps.Clone(d.pos), nil
 }
 
-func (d *failoverDB) Install(_ context.Context, ranges map[int]heal.Range, _ []heal.Suspect, _ string) (map[int]heal.Range, int, bool, error) {
+func (d *failoverDB) Install(_ context.Context, ranges map[int]heal.Range, _ []heal.Suspect, _ string, _ heal.Window) (map[int]heal.Range, int, bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.gate != nil {

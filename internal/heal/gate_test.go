@@ -15,7 +15,7 @@ type fakeStore struct {
 
 func (f *fakeStore) Gate(context.Context) (map[int]Range, error)      { return f.gate, nil }
 func (f *fakeStore) Positions(context.Context) (map[int]int64, error) { return f.positions, nil }
-func (f *fakeStore) Install(_ context.Context, r map[int]Range, _ []Suspect, _ string) (map[int]Range, int, bool, error) {
+func (f *fakeStore) Install(_ context.Context, r map[int]Range, _ []Suspect, _ string, _ Window) (map[int]Range, int, bool, error) {
 	if f.gate != nil {
 		return f.gate, 0, false, nil
 	}

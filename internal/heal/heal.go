@@ -55,12 +55,26 @@ type Store interface {
 	// gate that is up if one is (mine false), else inserts ranges, blocks
 	// each suspect's order unless its claim is charged (a new blocked
 	// claim, or its pending one blocked), and returns ranges, how many it
-	// blocked and mine true.
-	Install(ctx context.Context, ranges map[int]Range, suspects []Suspect, by string) (gate map[int]Range, blocked int, mine bool, err error)
+	// blocked and mine true. In the same transaction it moves every
+	// unsettled claim's in-flight window to at least w from now (see
+	// Window).
+	Install(ctx context.Context, ranges map[int]Range, suspects []Suspect, by string, w Window) (gate map[int]Range, blocked int, mine bool, err error)
 	// Lift lifts the gate if every range's position has reached its Hi
 	// and reports whether the gate is down now.
 	Lift(ctx context.Context) (bool, error)
 }
+
+// Window is how long a request sent before the loss may still take
+// money: the senders' whole deadline (Deadline) plus the provider's bound
+// (ProviderBound, BILLING_PROVIDER_MAX_PROCESSING). A loss may have erased
+// the in-flight windows recorded with the last sends (SPEC §11 I5), and
+// the heal's blocked claims have none: so on a loss every unsettled
+// claim's in_flight_until becomes at least now + Deadline and its
+// decide_after now + Deadline + ProviderBound, and the operator's release
+// and mark-charged wait for them (found by the lifecycle model's failover
+// step: a release right after the heal, while a request sent before the
+// failover was still at the provider, let another event charge too).
+type Window struct{ Deadline, ProviderBound time.Duration }
 
 // Config configures a Healer. Every field but OnUp and OnHeal is required.
 type Config struct {
@@ -71,6 +85,8 @@ type Config struct {
 	Reader kafkagroup.ReaderConfig
 	// Replica names this replica in heal_range.started_by.
 	Replica string
+	// Window is the in-flight window a loss gives every unsettled claim.
+	Window Window
 	Logger  *slog.Logger
 	// OnUp is called each time the gate goes up on this replica, before
 	// the connection that saw it is used: it must end, synchronously,
@@ -280,7 +296,7 @@ func (h *Healer) install(ctx context.Context, st Store, found map[int]Found, pla
 		return fmt.Errorf("failover heal: %w", err)
 	}
 	suspects := Suspects(evs)
-	gate, blocked, mine, err := st.Install(ctx, plan, suspects, h.cfg.Replica)
+	gate, blocked, mine, err := st.Install(ctx, plan, suspects, h.cfg.Replica, h.cfg.Window)
 	if err != nil {
 		return fmt.Errorf("failover heal: install the gate: %w", err)
 	}

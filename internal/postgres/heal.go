@@ -124,6 +124,12 @@ WHERE NOT EXISTS (SELECT 1 FROM charge WHERE order_id = t.o)
 ORDER BY t.o
 ON CONFLICT DO NOTHING`
 
+// windowSQL gives every unsettled claim (the heal's blocked ones
+// included) an in-flight window from now: see heal.Window.
+const windowSQL = `UPDATE charge SET in_flight_until = greatest(in_flight_until, now() + $1::bigint * interval '1 millisecond'),
+  decide_after = greatest(decide_after, now() + $2::bigint * interval '1 millisecond')
+WHERE status <> 'charged'`
+
 const insertRangeSQL = `INSERT INTO heal_range (consumer_group, topic, partition, lo, hi, committed, position, started_by, blocked_orders)
 SELECT $1, $2, t.p, t.lo, t.hi, t.c, nullif(t.pos, -1), $8, $9
 FROM unnest($3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[]) AS t(p, lo, hi, c, pos)`
@@ -131,7 +137,7 @@ FROM unnest($3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[]) A
 // Install installs the gate, or returns the one that is up (see
 // heal.Store). The transaction-scoped advisory lock makes replicas that
 // found the same loss at once install it once.
-func (s HealStore) Install(ctx context.Context, ranges map[int]heal.Range, suspects []heal.Suspect, by string) (map[int]heal.Range, int, bool, error) {
+func (s HealStore) Install(ctx context.Context, ranges map[int]heal.Range, suspects []heal.Suspect, by string, w heal.Window) (map[int]heal.Range, int, bool, error) {
 	var (
 		up      map[int]heal.Range
 		blocked int
@@ -147,6 +153,9 @@ func (s HealStore) Install(ctx context.Context, ranges map[int]heal.Range, suspe
 		}
 		if blocked, err = block(ctx, tx, suspects); err != nil {
 			return err
+		}
+		if _, err := tx.Exec(ctx, windowSQL, w.Deadline.Milliseconds(), (w.Deadline + w.ProviderBound).Milliseconds()); err != nil {
+			return fmt.Errorf("renew the in-flight windows of the unsettled claims: %w", err)
 		}
 		ids := slices.Sorted(maps.Keys(ranges))
 		var parts []int32

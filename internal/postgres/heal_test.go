@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"sync"
+	"time"
 	"testing"
 
 	"github.com/google/uuid"
@@ -50,7 +51,7 @@ VALUES (9, $1, 42, 10, 'pending', gen_random_uuid())`, own); err != nil {
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			gate, n, ok, err := st.Install(ctx, ranges, []heal.Suspect{suspect(5), suspect(survived), suspect(pending), oneWaiter}, "r1")
+			gate, n, ok, err := st.Install(ctx, ranges, []heal.Suspect{suspect(5), suspect(survived), suspect(pending), oneWaiter}, "r1", heal.Window{Deadline: time.Minute, ProviderBound: time.Hour})
 			if err != nil || len(gate) != 2 || gate[0] != ranges[0] {
 				t.Errorf("Install: %v, gate %+v", err, gate)
 			}
@@ -72,6 +73,11 @@ VALUES (9, $1, 42, 10, 'pending', gen_random_uuid())`, own); err != nil {
 	}
 	if err := pool.QueryRow(ctx, `SELECT status FROM charge WHERE order_id = 9`).Scan(&pendingStatus); err != nil || pendingStatus != "pending" {
 		t.Fatalf("order 9's surviving pending claim with one waiter: %q (%v), want pending", pendingStatus, err)
+	}
+	var late bool
+	if err := pool.QueryRow(ctx, `SELECT bool_and(in_flight_until > now() + interval '50 seconds' AND decide_after > now() + interval '60 minutes')
+FROM charge WHERE status <> 'charged'`).Scan(&late); err != nil || !late {
+		t.Fatalf("the unsettled claims' in-flight windows after a heal: renewed %v (%v), want every one a minute and an hour out", late, err)
 	}
 	var status, why string
 	if err := pool.QueryRow(ctx, `SELECT status, last_error FROM charge WHERE order_id = 5`).Scan(&status, &why); err != nil || status != "blocked" {
@@ -98,7 +104,7 @@ VALUES (9, $1, 42, 10, 'pending', gen_random_uuid())`, own); err != nil {
 		t.Fatalf("Gate after the lift: %+v, %v; want none", gate, err)
 	}
 	// A later heal installs afresh: the lifted rows are history.
-	if _, _, ok, err := st.Install(ctx, ranges, nil, "r2"); err != nil || !ok {
+	if _, _, ok, err := st.Install(ctx, ranges, nil, "r2", heal.Window{}); err != nil || !ok {
 		t.Fatalf("a second heal: %v, %v", ok, err)
 	}
 }
