@@ -187,7 +187,7 @@ func (s *service) newHealer(id string) *heal.Healer {
 		Reader: kafkagroup.ReaderConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, Dialer: s.kconns.Dialer,
 			MaxBytes: cfg.KafkaMaxRecordBytes, Logger: s.logger},
 		Replica: id, Logger: s.logger,
-		Window:  heal.Window{Deadline: cfg.sends(id).Deadline, ProviderBound: cfg.ProviderMaxProcessing},
+		Window: heal.Window{Deadline: cfg.sends(id).Deadline, ProviderBound: cfg.ProviderMaxProcessing},
 		// The pool may connect in the background before newBilling has
 		// built the consumer (pool_min_conns): nothing is in flight then.
 		OnUp: func() {

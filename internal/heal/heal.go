@@ -87,7 +87,7 @@ type Config struct {
 	Replica string
 	// Window is the in-flight window a loss gives every unsettled claim.
 	Window Window
-	Logger  *slog.Logger
+	Logger *slog.Logger
 	// OnUp is called each time the gate goes up on this replica, before
 	// the connection that saw it is used: it must end, synchronously,
 	// every piece of work that could decide a record past a Hi (the

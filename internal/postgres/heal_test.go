@@ -2,8 +2,8 @@ package postgres_test
 
 import (
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
