@@ -17,11 +17,14 @@ import (
 //     status, parked flag, sends recorded — othersSent and the in-flight
 //     window —, age, stray records; its token is the database's but no
 //     attempt carries it after a failover, which kills every process), the
-//     deferred rows, dead_letter's decisions, the kept outcomes
-//     (processed_event), the pause row, and the position: decided[i], the
-//     database's position covers event i's record.
+//     deferred rows, dead_letter's decisions, the pause row, and the
+//     position: decided[i], the database's position covers event i's
+//     record. (A charge's processed_event row goes with the claim's
+//     'charged', which the model keeps.)
 //   - Kafka: the committed offsets, the records and their replay counts,
-//     the dead letters written to the DLQ topic (dlq).
+//     the dead letters written to the DLQ topic (dlq). A duplicate_order
+//     writes no row (the kept outcome is its log line and its commit): a
+//     failover does not erase it, and I2 holds it against what follows.
 //   - The provider: the stored result per key, the requests it has not
 //     processed yet (orphans).
 //   - The processes: the attempts, the completer's send, the claim's holds.
@@ -86,7 +89,6 @@ type dbEventM struct {
 	deferred, deferredRec int8
 	decision              uint8
 	decidedAt             int8
-	outcomes              uint8
 	decided               bool
 }
 
@@ -125,7 +127,7 @@ func durable(w world) dbM {
 	for i := range w.n {
 		e := w.ev[i]
 		db.ev[i] = dbEventM{deferred: e.deferred, deferredRec: e.deferredRec, decision: e.decision, decidedAt: e.decidedAt,
-			outcomes: e.outcomes, decided: w.fo.decided[i]}
+			decided: w.fo.decided[i]}
 	}
 	return db
 }
@@ -135,7 +137,7 @@ func restore(w *world, db dbM) {
 	w.claim, w.paused = db.claim, db.paused
 	for i := range w.n {
 		d, e := db.ev[i], &w.ev[i]
-		e.deferred, e.deferredRec, e.decision, e.decidedAt, e.outcomes = d.deferred, d.deferredRec, d.decision, d.decidedAt, d.outcomes
+		e.deferred, e.deferredRec, e.decision, e.decidedAt = d.deferred, d.deferredRec, d.decision, d.decidedAt
 		w.fo.decided[i] = d.decided
 	}
 	w.normalize()
