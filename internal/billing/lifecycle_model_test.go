@@ -235,22 +235,18 @@ type world struct {
 // normalize ranks the deferred rows 1..k, so that states that differ only
 // in how many rows came and went are one state.
 func (w *world) normalize() {
+	old := w.ev // the ranks are counted on the places before any moves
 	for i := range w.n {
-		if w.ev[i].deferred == 0 {
+		if old[i].deferred == 0 {
 			continue
 		}
 		rank := int8(1)
 		for j := range w.n {
-			if w.ev[j].deferred != 0 && w.ev[j].deferred < w.ev[i].deferred {
+			if old[j].deferred != 0 && old[j].deferred < old[i].deferred {
 				rank++
 			}
 		}
-		w.ev[i].deferred = rank + 16 // kept apart from the old ranks until all are moved
-	}
-	for i := range w.n {
-		if w.ev[i].deferred != 0 {
-			w.ev[i].deferred -= 16
-		}
+		w.ev[i].deferred = rank
 	}
 }
 
