@@ -60,13 +60,15 @@ import (
 //     decision the database lost (proofKafkaAhead); a loss of decisions
 //     not committed to Kafka yet is not seen, and can charge an order
 //     twice: TestFailoverHealLimit keeps that counterexample.
-//   - The heal the main check proves has three additions to the heal as
+//   - The heal the main check proves has four additions to the heal as
 //     built (healAsBuilt): on a loss it writes an in-flight window on
 //     every unsettled claim (window), the runbook marks its claim charged
-//     in the charged event's name (namesCharged), and it restores the
-//     dead-letter decisions of the records it re-decides from the DLQ
-//     topic (restoresDecisions). TestFailoverHealNeedsEachAddition shows
-//     what each one keeps.
+//     in the charged event's name (namesCharged), it restores the
+//     dead-letter decisions the database lost from the DLQ topic
+//     (restores), and it blocks an order with two or more events
+//     in its ranges unless its surviving claim is charged
+//     (blocksSurviving). TestFailoverHealNeedsEachAddition and
+//     TestLifecycleFailoverWide show what each one keeps.
 
 // healProof is when the heal takes a failover's loss as proven.
 type healProof int8
@@ -160,10 +162,29 @@ type failoverRules struct {
 	// of the event whose key the provider charged (not the claim's first
 	// event).
 	namesCharged bool
-	// restoresDecisions: the heal restores dead_letter's decisions from
-	// the dead letters in the DLQ topic for the events it re-decides.
-	restoresDecisions bool
+	// restores is which dead_letter decisions the heal restores from the
+	// dead letters in the DLQ topic.
+	restores decisionsRestored
+	// blocksSurviving: an order with two or more events in the ranges is
+	// blocked, with the heal's runbook, unless its surviving claim is
+	// charged (not only when no claim survived): a surviving pending or
+	// blocked claim may be one the lost history released before another
+	// event's key was charged.
+	blocksSurviving bool
 }
+
+// decisionsRestored is which lost dead_letter decisions the heal
+// restores from the DLQ topic.
+type decisionsRestored int8
+
+const (
+	restoreNone decisionsRestored = iota
+	// restoreRanges: those of the records it re-decides.
+	restoreRanges
+	// restoreAll: every event with a dead letter and no decision (a
+	// redelivered record's dead letter is a decision no position covers).
+	restoreAll
+)
 
 // failoverRulesWith are productionRules with the standby and the
 // failover, the heal as heal and proof say. The operator acts only after
@@ -201,11 +222,11 @@ func healAsBuilt() failoverRules {
 }
 
 // healChecked is the heal the main check proves: healAsBuilt with its
-// three additions (window, namesCharged, restoresDecisions), under the
-// assumption that every loss is proven (proofAnyLoss).
+// four additions (window, namesCharged, restores, blocksSurviving), under the assumption that every loss is proven
+// (proofAnyLoss).
 func healChecked() failoverRules {
 	f := failoverRulesWith("the heal with its additions", true, proofAnyLoss)
-	f.window, f.namesCharged, f.restoresDecisions = true, true, true
+	f.window, f.namesCharged, f.restores, f.blocksSurviving = true, true, restoreAll, true
 	return f
 }
 
@@ -356,15 +377,17 @@ func (f failoverRules) healStep(s *stepper) {
 				continue
 			}
 			n.fo.rng[i], n.ev[i].committed = true, false
-			if e := &n.ev[i]; f.restoresDecisions && e.dlq != 0 && e.decision == 0 {
-				e.decision, e.decidedAt = e.dlq, e.replays
-			}
 			count++
 			if first < 0 {
 				first = i
 			}
 		}
 		n.fo.gate = count > 0
+		for i := range n.n {
+			if e := &n.ev[i]; (f.restores == restoreAll || f.restores == restoreRanges && n.fo.rng[i]) && e.dlq != 0 && e.decision == 0 {
+				e.decision, e.decidedAt = e.dlq, e.replays
+			}
+		}
 		if f.window {
 			// Every request at the provider was sent before the heal: the
 			// window it writes covers them all, whatever their key.
@@ -374,10 +397,15 @@ func (f failoverRules) healStep(s *stepper) {
 			}
 		}
 		label = fmt.Sprintf("the heal re-decides %d record(s), gate up", count)
-		if count >= 2 && !n.claim.exists {
+		switch {
+		case count < 2:
+		case !n.claim.exists:
 			n.claim = claimM{exists: true, owner: first, status: mBlocked}
 			n.fo.healClaim = true
 			label += ", blocks the order in " + eventNames[first] + "'s name"
+		case f.blocksSurviving && n.claim.status != mCharged:
+			n.claim.status, n.fo.healClaim = mBlocked, true
+			label += ", blocks " + eventNames[n.claim.owner] + "'s surviving claim"
 		}
 	}
 	n.fo.lost = false
