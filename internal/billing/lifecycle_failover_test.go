@@ -166,10 +166,10 @@ type failoverRules struct {
 	// dead letters in the DLQ topic.
 	restores decisionsRestored
 	// blocksSurviving: an order with two or more events in the ranges is
-	// blocked, with the heal's runbook, unless its surviving claim is
-	// charged (not only when no claim survived): a surviving pending or
-	// blocked claim may be one the lost history released before another
-	// event's key was charged.
+	// blocked, with the heal's runbook, when its surviving claim is not
+	// charged and two or more of them wait behind it (not only when no
+	// claim survived): a surviving pending or blocked claim may be one the
+	// lost history released before another event's key was charged.
 	blocksSurviving bool
 }
 
@@ -449,7 +449,6 @@ func (w world) showFailover() string {
 	fmt.Fprintf(&b, "\n    failover: left=%d heal=%v gate=%v rng=%v healClaim=%v decided=%v", f.left, f.heal, f.gate, f.rng[:w.n], f.healClaim, f.decided[:w.n])
 	return b.String()
 }
-
 
 // waitersOf counts the re-decided events other than the claim's owner:
 // production (internal/postgres.holds) blocks a surviving pending claim
