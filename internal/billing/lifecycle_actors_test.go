@@ -15,7 +15,7 @@ func (s *stepper) completer() {
 	// do so at any moment, whatever the creating attempt is doing (an
 	// attempt may be held through a long outage).
 	due := c.exists && c.status == mPending
-	if !w.comp.busy && due && !(s.r.completerWaitsOnPause() && w.paused) {
+	if !w.comp.busy && due && !(s.r.completerWaitsOnPause() && w.paused) && !w.fo.gate {
 		n := w
 		next, _, _ := s.r.next(c.state(), ClaimInput{Actor: ActorCompleter, Age: modelAgeOf(c), BlockAfter: modelBlockAfter})
 		if next == ClaimBlocked {
@@ -73,14 +73,16 @@ func modelAgeOf(c claimM) time.Duration {
 // a request when one for the claim's key is still at the provider. A
 // claim with stray charges (the 2xx rule) is an order the provider has
 // charged under another key: the runbook marks it charged, never
-// releases it.
+// releases it. A claim the failover heal blocked has its own runbook: the
+// operator looks every event's key up, marks it charged if one was
+// charged, and releases it if none was (operatorCharged, operatorRaces).
 func (s *stepper) operator() {
 	w := s.from
 	c := w.claim
 	if !c.exists || c.status == mCharged || !s.r.operatorMay(w) {
 		return
 	}
-	charged := w.keys[c.owner].a() == AnswerCharged || c.strays > 0
+	charged := w.operatorCharged()
 	req := OperatorRequest{Operator: "model", Reason: "runbook", ProviderHoldsNoCharge: !charged}
 	req.Action = ActionRelease
 	if charged {
@@ -91,7 +93,7 @@ func (s *stepper) operator() {
 		return
 	}
 	n := w
-	n.raced = n.raced || w.inFlight(c.owner, false)
+	n.raced = n.raced || w.operatorRaces()
 	if next == ClaimReleased {
 		n.claim = claimM{}
 		s.add("operator releases "+eventNames[c.owner]+"'s "+string(c.status.claim())+" claim (the provider holds no charge)", n)
@@ -140,8 +142,14 @@ func crashed(w world) (world, bool) {
 	if w.budget.crash == 0 {
 		return w, false
 	}
-	n := w
+	n, ok := crashAll(w)
 	n.budget.crash--
+	return n, ok
+}
+
+// crashAll is w after every replica crashed, whatever the budget.
+func crashAll(w world) (world, bool) {
+	n := w
 	for i := range n.n {
 		for _, a := range w.ev[i].att {
 			if a.pc == pcAwait && !abandon(&n, i, a.req) {

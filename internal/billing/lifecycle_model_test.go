@@ -54,6 +54,9 @@ import (
 //     already sent stay at the provider.
 //   - Ages are the database's: a claim becomes older than block-after at
 //     some moment (a step), never younger.
+//   - A failover of the database onto an asynchronous standby, and the
+//     heal after it, are lifecycle_failover_test.go's, with their own
+//     assumptions (among them: the heal sees every loss).
 //   - The operator follows the runbooks: a blocked claim is marked charged
 //     when the provider holds a charge for its key, released (stating the
 //     provider holds none) otherwise; a conflict's dead letter goes to the
@@ -224,29 +227,26 @@ type world struct {
 	comp      completerM
 	paused    bool
 	budget    budgetM
-	sentPause bool // a request left while paused (I4)
-	raced     bool // an operator decided while a request for the claim was in flight (I5)
+	sentPause bool      // a request left while paused (I4)
+	raced     bool      // an operator decided while a request for the claim was in flight (I5)
+	fo        failoverM // the standby, a failover and the heal (lifecycle_failover_test.go)
 }
 
 // normalize ranks the deferred rows 1..k, so that states that differ only
 // in how many rows came and went are one state.
 func (w *world) normalize() {
+	old := w.ev // the ranks are counted on the places before any moves
 	for i := range w.n {
-		if w.ev[i].deferred == 0 {
+		if old[i].deferred == 0 {
 			continue
 		}
 		rank := int8(1)
 		for j := range w.n {
-			if w.ev[j].deferred != 0 && w.ev[j].deferred < w.ev[i].deferred {
+			if old[j].deferred != 0 && old[j].deferred < old[i].deferred {
 				rank++
 			}
 		}
-		w.ev[i].deferred = rank + 16 // kept apart from the old ranks until all are moved
-	}
-	for i := range w.n {
-		if w.ev[i].deferred != 0 {
-			w.ev[i].deferred -= 16
-		}
+		w.ev[i].deferred = rank
 	}
 }
 

@@ -379,7 +379,7 @@ func (s *stepper) end(w world, i, by int8, label string) {
 func (s *stepper) decideDeferred(i int8) {
 	w := s.from
 	e := w.ev[i]
-	if e.deferred == 0 || e.att[byDecider].pc != pcIdle || !s.r.mayTake(w, i) {
+	if e.deferred == 0 || e.att[byDecider].pc != pcIdle || w.fo.gate || !s.r.mayTake(w, i) {
 		return
 	}
 	if s.r.senderWaitsOnPause(byDecider) && w.paused {

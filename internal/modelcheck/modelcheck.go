@@ -15,6 +15,7 @@ package modelcheck
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -46,6 +47,10 @@ type Config[S comparable] struct {
 	MaxStates int
 	// Show renders a state in a counterexample; nil uses %+v.
 	Show func(S) string
+	// StopWhen, if set, ends the exploration as soon as every invariant
+	// it names has failed: a check that wants a counterexample needs no
+	// more. The result then covers only what was reached (no error).
+	StopWhen []string
 }
 
 // Violation is an invariant that failed, with a shortest trace to a state
@@ -102,6 +107,9 @@ func Explore[S comparable](cfg Config[S]) (Result[S], error) {
 				found = append(found, Violation[S]{Invariant: inv.Name, Trace: trace(nodes, at), State: s})
 			}
 		}
+		if stopped(cfg, failed) {
+			break
+		}
 		for _, st := range cfg.Next(s) {
 			res.Transitions++
 			if _, ok := index[st.To]; ok {
@@ -119,6 +127,20 @@ func Explore[S comparable](cfg Config[S]) (Result[S], error) {
 	res.States = len(nodes)
 	res.Violations = ordered(cfg.Invariants, found)
 	return res, nil
+}
+
+// stopped reports whether every invariant cfg.StopWhen names has failed.
+func stopped[S comparable](cfg Config[S], failed []bool) bool {
+	if len(cfg.StopWhen) == 0 {
+		return false
+	}
+	for _, name := range cfg.StopWhen {
+		i := slices.IndexFunc(cfg.Invariants, func(inv Invariant[S]) bool { return inv.Name == name })
+		if i < 0 || !failed[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // trace rebuilds the labels of the steps from the start to nodes[at].

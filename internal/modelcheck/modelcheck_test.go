@@ -70,3 +70,18 @@ func TestExploreStopsAtItsBound(t *testing.T) {
 		t.Fatalf("got %d states and error %v; want 5 and an error", res.States, err)
 	}
 }
+
+func TestExploreStopsOnceTheNamedInvariantsFailed(t *testing.T) {
+	res, err := modelcheck.Explore(modelcheck.Config[counters]{Next: next, StopWhen: []string{"a below 1"},
+		Invariants: []modelcheck.Invariant[counters]{
+			{Name: "a below 1", Holds: func(s counters) bool { return s.a < 1 }},
+			{Name: "never both 3", Holds: func(s counters) bool { return s.a+s.b < 6 }},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Breadth first: (0,0) is expanded, then (1,0) fails and ends it.
+	if len(res.Violations) != 1 || res.Violations[0].Invariant != "a below 1" || res.States >= 16 {
+		t.Fatalf("got %d states and %+v; want one violation of a below 1 and fewer than 16 states", res.States, res.Violations)
+	}
+}
