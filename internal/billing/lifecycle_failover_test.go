@@ -213,17 +213,23 @@ func failoverRulesWith(name string, heal bool, proof healProof) failoverRules {
 	return failoverRules{modelRules: r, heal: heal, proof: proof}
 }
 
-// healAsBuilt is the heal of issue 30 as the lead builds it (wt-heal,
-// e19103d): a loss proven by a committed record whose decision the
-// database lost, no in-flight window written, the heal's claim marked
-// charged in its first event's name, dead-letter decisions not restored.
+// healAsBuilt is the heal of issue 30 as it was first built (e19103d): a
+// loss proven by a committed record whose decision the database lost, no
+// in-flight window written, the heal's claim marked charged in its first
+// event's name, dead-letter decisions not restored.
 func healAsBuilt() failoverRules {
 	return failoverRulesWith("the heal as built", true, proofKafkaAhead)
 }
 
 // healChecked is the heal the main check proves: healAsBuilt with its
-// four additions (window, namesCharged, restores, blocksSurviving), under the assumption that every loss is proven
-// (proofAnyLoss).
+// four additions (window, namesCharged, restores, blocksSurviving), under
+// the assumption that every loss is proven (proofAnyLoss). Production has
+// two of them, window (postgres.windowSQL) and blocksSurviving
+// (postgres.holds); namesCharged (claim mark-charged naming the event
+// whose key was charged) and restores (the lost dead_letter decisions
+// restored from the DLQ topic) are not built: without them the model
+// finds I2 violations, a trace that names the wrong event or a second
+// dead-letter reason, never a second charge (TestFailoverHealNeedsEachAddition).
 func healChecked() failoverRules {
 	f := failoverRulesWith("the heal with its additions", true, proofAnyLoss)
 	f.window, f.namesCharged, f.restores, f.blocksSurviving = true, true, restoreAll, true
