@@ -146,6 +146,9 @@ type Result struct {
 // Config configures a Service. DB, Charger, Group, Now and Logger are
 // required.
 type Config struct {
+	// Store is the service's database (store.go); nil means DB's.
+	Store Store
+	// DB, when Store is nil, is the Postgres the service's Store runs on.
 	DB      DB
 	Charger Charger
 	// Group is the consumer group, the consumer_group of processed_event.
@@ -176,7 +179,7 @@ type Config struct {
 // Service processes events. It is safe for concurrent use; concurrent
 // calls for the same event or the same order are serialized by the claim.
 type Service struct {
-	db        DB
+	store     Store
 	charger   Charger
 	group     string
 	now       func() time.Time
@@ -191,13 +194,16 @@ type Service struct {
 
 // New returns a Service, or an error naming what cfg lacks.
 func New(cfg Config) (*Service, error) {
-	if cfg.DB == nil || cfg.Charger == nil || cfg.Group == "" || cfg.Now == nil || cfg.Logger == nil {
+	if cfg.Store == nil && cfg.DB != nil {
+		cfg.Store = pgStore{db: cfg.DB}
+	}
+	if cfg.Store == nil || cfg.Charger == nil || cfg.Group == "" || cfg.Now == nil || cfg.Logger == nil {
 		return nil, errors.New("billing: db, charger, group, clock and logger are required")
 	}
 	if cfg.DBTimeout <= 0 {
 		cfg.DBTimeout = 10 * time.Second
 	}
-	return &Service{db: cfg.DB, charger: cfg.Charger, group: cfg.Group, now: cfg.Now,
+	return &Service{store: cfg.Store, charger: cfg.Charger, group: cfg.Group, now: cfg.Now,
 		logger: cfg.Logger, dbTimeout: cfg.DBTimeout, claimBlockAfter: cfg.ClaimBlockAfter, sends: cfg.Sends.withDefaults(), pausedFn: cfg.Paused}, nil
 }
 

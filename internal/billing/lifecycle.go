@@ -22,7 +22,7 @@ import (
 // The deferred event's lifecycle is deferred_lifecycle.go's.
 
 // ClaimState is the state of an order's claim in the charge ledger. It is
-// derived from the row by claimStateOf — charge.status, and parked_at for
+// derived from the row by ClaimStateOf — charge.status, and parked_at for
 // a parked claim — or ClaimReleased when the order has no row. Only the
 // values pending, blocked and charged are ever written to the column: the
 // previous release reads it and must never see another (parked is a
@@ -67,9 +67,9 @@ const (
 	ClaimReleased ClaimState = "released"
 )
 
-// claimStateOf is the state of a row read with the given status column
+// ClaimStateOf is the state of a row read with the given status column
 // and whether its parked_at is set: the one place a scan derives it.
-func claimStateOf(status string, parked bool) ClaimState {
+func ClaimStateOf(status string, parked bool) ClaimState {
 	if status == string(ClaimPending) && parked {
 		return ClaimParked
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -358,7 +359,7 @@ func confCases() []confCase {
 					return ok, w, ""
 				},
 				run: func(ctx context.Context, s *Service, tx pgx.Tx, _ world) (bool, string, error) {
-					sent, err := markSent(ctx, tx, s.dbTimeout, s.sends, []int64{1}, [][16]byte{modelID(i)}, []string{sender})
+					sent, err := markSent(ctx, s.store, s.dbTimeout, s.sends, []int64{1}, []uuid.UUID{modelID(i)}, []string{sender})
 					return sent[modelID(i)], "", err
 				}})
 		}
@@ -460,7 +461,7 @@ func confClaimModel(r modelRules, w world, i int8) (bool, world, string) {
 // decide over the row the database gave.
 func confClaim(ctx context.Context, s *Service, tx pgx.Tx, w world, i int8) (bool, string, error) {
 	ev := w.modelEvent(i)
-	inFlight, decideAfter := s.sends.args()
+	inFlight, decideAfter := sendArgs(s.sends)
 	rows, err := tx.Query(ctx, claimSQL, []int64{ev.OrderID}, [][16]byte{ev.EventID}, []int64{ev.CustomerID},
 		[]string{ev.TotalAmount.String()}, [][16]byte{modelToken(i, byConsumer)}, s.group, inFlight, decideAfter, s.sends.Host, []int32{int32(w.ev[i].replays)})
 	if err != nil {
@@ -470,8 +471,8 @@ func confClaim(ctx context.Context, s *Service, tx pgx.Tx, w world, i int8) (boo
 	if err != nil {
 		return false, "", err
 	}
-	if len(answers) == 1 && answers[0].decided {
-		return false, "dead-lettered before: " + answers[0].reason, nil
+	if len(answers) == 1 && answers[0].Decided {
+		return false, "dead-lettered before: " + answers[0].Reason, nil
 	}
 	if won := len(answers) == 1; won {
 		return true, "", nil
@@ -603,7 +604,7 @@ func TestStatementsConformToTheModel(t *testing.T) {
 
 // confSvc is a Service whose statements run in tx.
 func confSvc(tx pgx.Tx) *Service {
-	return &Service{db: tx, group: confGroup, now: time.Now, logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	return &Service{store: pgStore{db: tx}, group: confGroup, now: time.Now, logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		dbTimeout: 10 * time.Second, claimBlockAfter: modelBlockAfter, sends: SendConfig{Host: "conformance"}.withDefaults()}
 }
 

@@ -36,7 +36,7 @@ VALUES ($1, $2, 42, 10, now(), now(), 'pending', gen_random_uuid())`, r.o, [16]b
 			t.Fatal(err)
 		}
 	}
-	svc := &Service{db: pool, group: "g", now: time.Now, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), dbTimeout: 10 * time.Second}
+	svc := &Service{store: pgStore{db: pool}, group: "g", now: time.Now, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), dbTimeout: 10 * time.Second}
 	blocker, err := pool.Begin(ctx) // any short lock on order 1, to fix the order
 	if err != nil {
 		t.Fatal(err)

@@ -222,7 +222,7 @@ func scanOperatorClaim(row pgx.Row, extra ...any) (OperatorClaim, error) {
 	if err := row.Scan(dest...); err != nil {
 		return OperatorClaim{}, err
 	}
-	c.State = claimStateOf(c.Status, parked)
+	c.State = ClaimStateOf(c.Status, parked)
 	if token != nil {
 		c.ClaimToken = *token
 	}

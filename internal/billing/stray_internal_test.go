@@ -48,7 +48,7 @@ VALUES ($1, $2, 42, 10, $3, gen_random_uuid())`, order, [16]byte(other), tc.row)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.writeCharged(ctx, tx, &out, "ch_stray"); err != nil {
+		if err := c.writeCharged(ctx, pgTx{tx: tx}, &out, "ch_stray"); err != nil {
 			_ = tx.Rollback(ctx)
 			t.Fatalf("row %q: %v", tc.row, err)
 		}
@@ -79,7 +79,7 @@ AND sender = 'completer'`, order, [16]byte(ev)).Scan(&n); err != nil || n != 1 {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	if u, err := c.count(ctx, conn); err != nil || u.StrayBeside != 1 {
+	if u, err := c.count(ctx, pgSession{conn: conn}); err != nil || u.StrayBeside != 1 {
 		t.Errorf("counts %+v, %v; want one order with a stray charge beside a charged claim", u, err)
 	}
 }
