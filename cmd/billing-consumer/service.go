@@ -167,7 +167,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 // defers and dead-letters around it, and the consumer that feeds it.
 func (s *service) newBilling(id string, dlqWriter *dlq.Writer, tracer trace.Tracer, propagator propagation.TextMapPropagator) error {
 	cfg := s.cfg
-	svc, err := billing.New(billing.Config{DB: s.pool, Charger: s.payer.ForBilling(), Group: cfg.KafkaGroupID,
+	svc, err := billing.New(billing.Config{Store: postgres.NewStore(s.pool), Charger: s.payer.ForBilling(), Group: cfg.KafkaGroupID,
 		Now: time.Now, Logger: s.logger, DBTimeout: cfg.DBTimeout, ClaimBlockAfter: cfg.ClaimBlockAfter, Sends: cfg.sends(id), Paused: s.paused})
 	if err != nil {
 		return err

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/billing-consumer/billing-consumer/internal/field"
 )
 
@@ -55,9 +53,7 @@ type Completer struct {
 	// Sessions gives the completer a session for each pass (one
 	// connection, on which it takes its advisory lock).
 	Sessions Sessions
-	// Pool, when Sessions is nil, is the pool the sessions come from.
-	Pool    *pgxpool.Pool
-	Charger Charger
+	Charger  Charger
 	// After is the age from which a pending claim is settled here rather
 	// than left to its event's own retries.
 	After time.Duration
@@ -167,8 +163,8 @@ type Sessions interface {
 
 // Session is one connection of the database held for a completer's pass:
 // the advisory lock it takes is the session's, and every statement of
-// the pass runs on it. It is used by one goroutine. Its errors carry no
-// fault.Kind unless the Ledger method says so.
+// the pass runs on it. It is used by one goroutine; its errors carry a
+// fault.Kind, like the Store's.
 type Session interface {
 	Ledger
 	// TryLock takes the advisory lock key without waiting (each statement
@@ -212,11 +208,7 @@ func (c *Completer) RunOnce(ctx context.Context, opt PassOptions) (PassReport, e
 	if err := c.Validate(); err != nil {
 		return PassReport{}, fmt.Errorf("completer: %w", err)
 	}
-	sessions := c.Sessions
-	if sessions == nil {
-		sessions = pgSessions{pool: c.Pool}
-	}
-	sess, err := sessions.Acquire(ctx)
+	sess, err := c.Sessions.Acquire(ctx)
 	if err != nil {
 		return PassReport{}, fmt.Errorf("completer: %w", err)
 	}

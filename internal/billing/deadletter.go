@@ -18,7 +18,7 @@ import (
 // *DeadLettered error: the caller writes the same dead letter again, and
 // nothing is claimed or sent. Only a `dlq replay` (a higher count)
 // decides the event afresh: its claim statement spends the old decision
-// (replayedReason), so that a late redelivery of an older record is
+// (ReplayedReason), so that a late redelivery of an older record is
 // decided afresh too, never answered by a dead letter the replay may have
 // since decided otherwise (duplicate_order, say). A decision never
 // answers for an event whose own claim is charged: the money is the truth.
@@ -76,7 +76,7 @@ func replayCountOf(ctx context.Context) int {
 	return n
 }
 
-// replayedReason is the reason of a dead_letter row that holds no
+// ReplayedReason is the reason of a dead_letter row that holds no
 // decision: a record replayed replay_count times was claimed since the
 // decision (claimSQL), so the spent dead letter answers no record of the
 // event any more. Without it, a late redelivery of the original record
@@ -87,7 +87,7 @@ func replayCountOf(ctx context.Context) int {
 // older record was, is answered by it (one reason). Deleting the row
 // instead would let the replay's redelivery decide afresh after a late
 // original's dead letter, and write another reason.
-const replayedReason = "replayed"
+const ReplayedReason = "replayed"
 
 // RecordDeadLetter makes the dead letter of ev, decided for a record
 // carrying dlq-replay-count replayCount with reason and cause, durable

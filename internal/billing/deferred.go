@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/events"
 )
@@ -137,17 +135,8 @@ type DeferredBehind struct {
 
 // DeferredOn returns the events deferred on order, in every consumer
 // group, in the order they will be decided. It changes nothing.
-func DeferredOn(ctx context.Context, pool *pgxpool.Pool, order int64) ([]DeferredBehind, error) {
-	rows, err := pool.Query(ctx, `SELECT consumer_group, event_id, waits_for, deferred_at, attempts, coalesce(last_error, '')
-FROM deferred_event WHERE order_id = $1 ORDER BY consumer_group, seq`, order)
-	if err != nil {
-		return nil, fmt.Errorf("read the events deferred on order %d: %w", order, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeferredBehind, error) {
-		var d DeferredBehind
-		err := r.Scan(&d.Group, &d.EventID, &d.WaitsFor, &d.DeferredAt, &d.Attempts, &d.LastError)
-		return d, err
-	})
+func DeferredOn(ctx context.Context, db OperatorStore, order int64) ([]DeferredBehind, error) {
+	out, err := db.DeferredOn(ctx, order)
 	if err != nil {
 		return nil, fmt.Errorf("read the events deferred on order %d: %w", order, err)
 	}

@@ -303,7 +303,7 @@ func (s *Service) release(ctx context.Context, evs []events.OrderConfirmed, toke
 func (s *Service) block(ctx context.Context, evs []events.OrderConfirmed, why string) {
 	for _, ev := range evs {
 		wctx, cancel := s.detached(ctx)
-		err := s.store.BlockClaims(wctx, []int64{ev.OrderID}, []uuid.UUID{ev.EventID}, why)
+		_, err := s.store.BlockClaims(wctx, []int64{ev.OrderID}, []uuid.UUID{ev.EventID}, why)
 		cancel()
 		if err != nil {
 			s.logger.WarnContext(ctx, "claim left pending: blocking it failed", "order_id", ev.OrderID, "err", err)

@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -142,6 +143,15 @@ const (
 	// event's; the state is then the order's row (ClaimReleased for none).
 	ActorStray
 )
+
+// definiteRefusal reports whether a charge error proves that the provider
+// did not take the money: the Charger's error says so with a NotTaken
+// method (*payment.Error: a refusal of the charge, of our credentials, or
+// a request never sent).
+func definiteRefusal(err error) bool {
+	var nt interface{ NotTaken() bool }
+	return errors.As(err, &nt) && nt.NotTaken()
+}
 
 // actorOf is the charge path's sender in the claim's lifecycle: the
 // attempt that created the claim, or another attempt of its event.

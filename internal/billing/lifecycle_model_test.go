@@ -184,7 +184,7 @@ const (
 	dlqExhausted
 )
 
-// decisionSpent is a dead_letter row whose reason is replayedReason: a
+// decisionSpent is a dead_letter row whose reason is ReplayedReason: a
 // record replayed decidedAt times was claimed since the decision.
 const decisionSpent uint8 = 1 << 7
 

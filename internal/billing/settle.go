@@ -86,7 +86,10 @@ func (c *Completer) settle(ctx context.Context, sess Session, cl Claim, effects 
 	orders, ids := []int64{cl.OrderID}, []uuid.UUID{cl.EventID}
 	if slices.Contains(effects, EffectBlock) {
 		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("outcome still unknown %s after the claim, past the block-after limit: not re-sent", cl.Age.Round(time.Second))
-		return out, c.write(ctx, nil, &out, func(wctx context.Context) error { return sess.BlockClaims(wctx, orders, ids, out.Detail) })
+		return out, c.write(ctx, nil, &out, func(wctx context.Context) error {
+			_, err := sess.BlockClaims(wctx, orders, ids, out.Detail)
+			return err
+		})
 	}
 	sends := c.Sends.withDefaults()
 	deadline := sends.deadline() // before the record: SPEC §11 I5
@@ -133,7 +136,10 @@ func (c *Completer) settle(ctx context.Context, sess Session, cl Claim, effects 
 		err = c.writeCharged(ctx, tx, &out, r.ChargeID)
 	case slices.Contains(effects, EffectBlock):
 		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("re-sent by the completer: %v", err)
-		err = c.write(ctx, tx, &out, func(wctx context.Context) error { return tx.BlockClaims(wctx, orders, ids, out.Detail) })
+		err = c.write(ctx, tx, &out, func(wctx context.Context) error {
+			_, err := tx.BlockClaims(wctx, orders, ids, out.Detail)
+			return err
+		})
 	default: // EffectRecordUnknown
 		out.Result, out.Detail = string(ClaimPending), err.Error()
 		err = c.write(ctx, tx, &out, func(wctx context.Context) error {

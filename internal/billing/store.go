@@ -32,8 +32,8 @@ type Ledger interface {
 	// moved meanwhile: nothing may be sent for them).
 	RecordSends(ctx context.Context, sends SendConfig, orders []int64, ids []uuid.UUID, senders []string) ([]uuid.UUID, error)
 	// BlockClaims marks the pending claims of the pairs blocked, with why
-	// as their last error. Its error carries no fault.Kind.
-	BlockClaims(ctx context.Context, orders []int64, ids []uuid.UUID, why string) error
+	// as their last error, and returns how many it blocked.
+	BlockClaims(ctx context.Context, orders []int64, ids []uuid.UUID, why string) (int64, error)
 	// Begin starts a transaction (Tx). The caller ends it with Commit or
 	// Rollback.
 	Begin(ctx context.Context) (Tx, error)
@@ -59,8 +59,7 @@ type Store interface {
 	HeldBy(ctx context.Context, group string, orders []int64, ids []uuid.UUID) (map[uuid.UUID]uuid.UUID, error)
 	// ReleaseClaims deletes the pending claims of the pairs created by the
 	// attempt tokens[k], only while no other attempt recorded a send (the
-	// release rule on the row), and returns the event ids released. Its
-	// error carries no fault.Kind.
+	// release rule on the row), and returns the event ids released.
 	ReleaseClaims(ctx context.Context, orders []int64, ids, tokens []uuid.UUID) ([]uuid.UUID, error)
 	// RecordDeadLetter stores the dead letter of ev for group (see
 	// Service.RecordDeadLetter) and returns the stored decision's reason
@@ -105,26 +104,24 @@ type Tx interface {
 	// the money), and returns the event ids it marked.
 	MarkCharged(ctx context.Context, orders []int64, ids []uuid.UUID, chargeIDs []string, at time.Time) ([]uuid.UUID, error)
 	// BlockClaims is Ledger.BlockClaims in the transaction.
-	BlockClaims(ctx context.Context, orders []int64, ids []uuid.UUID, why string) error
+	BlockClaims(ctx context.Context, orders []int64, ids []uuid.UUID, why string) (int64, error)
 	// RecordUnknown records that a re-send of the pending claim had an
 	// unknown outcome: one more settle attempt, why as its last error, and
 	// for a parked claim the next re-send after a doubling backoff capped
-	// at backoffMax. Its error carries no fault.Kind.
+	// at backoffMax.
 	RecordUnknown(ctx context.Context, order int64, id uuid.UUID, why string, backoffMax time.Duration) error
 	// LockClaimRow locks the order's ledger row and returns its event and
-	// status column, or found false when the order has no row. Its error
-	// carries no fault.Kind.
+	// status column, or found false when the order has no row.
 	LockClaimRow(ctx context.Context, order int64) (event uuid.UUID, status ClaimState, found bool, _ error)
 	// InsertStrayClaim inserts st as the order's own claim, charged; it
-	// reports false when a row appeared meanwhile. Its error carries no
-	// fault.Kind.
+	// reports false when a row appeared meanwhile.
 	InsertStrayClaim(ctx context.Context, st StrayRecord) (bool, error)
 	// BlockStrayClaim blocks the owner's pending claim of the order, why as
-	// its last error. Its error carries no fault.Kind.
+	// its last error.
 	BlockStrayClaim(ctx context.Context, order int64, owner uuid.UUID, why string) error
 	// LogStray appends st to the stray charges, with the order's claim as
 	// the 2xx found it (claimEvent and claimState nil for no row), and
-	// returns when it was recorded. Its error carries no fault.Kind.
+	// returns when it was recorded.
 	LogStray(ctx context.Context, st StrayRecord, claimEvent *uuid.UUID, claimState *ClaimState) (time.Time, error)
 	Commit(ctx context.Context) error
 	Rollback(ctx context.Context) error
@@ -164,7 +161,3 @@ type StrayRecord struct {
 // processed_event partitions (Tx.MarkProcessed): the ledger alone decides
 // it (SPEC §6).
 var ErrNoPartition = errors.New("event time outside the processed_event partitions")
-
-// ReplayedReason is the dead_letter reason that marks a row spent by a
-// replay rather than a decision (see deadletter.go).
-const ReplayedReason = replayedReason

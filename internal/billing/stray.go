@@ -7,9 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Stray charges (SPEC §11, the 2xx rule): a 2xx whose event's claim was
@@ -128,26 +125,13 @@ func logStray(ctx context.Context, logger *slog.Logger, sc StrayCharge) {
 
 // StrayCharges returns the stray charges recorded for order, oldest first,
 // for `claim show`. It changes nothing.
-func StrayCharges(ctx context.Context, pool *pgxpool.Pool, order int64) ([]StrayCharge, error) {
-	rows, err := pool.Query(ctx, `SELECT order_id, event_id, provider_charge_id, at, sender, claim_event_id, coalesce(claim_status, 'released')
-FROM stray_charge WHERE order_id = $1 ORDER BY id`, order)
+func StrayCharges(ctx context.Context, db OperatorStore, order int64) ([]StrayCharge, error) {
+	out, err := db.StrayCharges(ctx, order)
 	if err != nil {
 		return nil, fmt.Errorf("read the stray charges of order %d: %w", order, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StrayCharge, error) {
-		var s StrayCharge
-		var claimEvent pgtype.UUID
-		var status string
-		err := r.Scan(&s.OrderID, &s.EventID, &s.ProviderChargeID, &s.At, &s.Sender, &claimEvent, &status)
-		if claimEvent.Valid {
-			s.ClaimEventID = claimEvent.Bytes
-		}
-		s.ClaimState = ClaimState(status)
-		s.Moved, _, _ = s.ClaimState.Next(ClaimInput{Actor: ActorStray})
-		return s, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read the stray charges of order %d: %w", order, err)
+	for i := range out {
+		out[i].Moved, _, _ = out[i].ClaimState.Next(ClaimInput{Actor: ActorStray})
 	}
 	return out, nil
 }

@@ -1,7 +1,10 @@
-package billing
+package postgres
 
-// pgStore, billing's Store on Postgres: the ledger's claim statements.
-// (It moves to internal/postgres, the adapter, in the next step.)
+// Store, billing's storage ports on Postgres (billing.Store and
+// billing.OperatorStore): this file holds the ledger's claim statements;
+// deferred.go the deferred events', parked claims' and dead letters';
+// tx.go the transactions'; session.go the completer's session;
+// operator.go the operator's commands.
 
 import (
 	"context"
@@ -10,18 +13,34 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/money"
 )
 
-// pgStore is the Store on a DB: a pool, or a transaction (the
-// conformance test runs each statement in one it rolls back). Its
-// statements run as given; the caller bounds them with ctx.
-type pgStore struct {
+// DB is what the Store needs of Postgres: *pgxpool.Pool is one, and so is
+// a pgx.Tx (the conformance test runs each statement in one it rolls
+// back). Each call may run on a different connection.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Store implements billing.Store and billing.OperatorStore on db. Its
+// statements run as given; the caller bounds them with ctx. Every error of
+// billing.Store's methods and of their transactions carries a fault.Kind
+// (classifyDB); the operator's errors are the database's as they are. It
+// is safe for concurrent use when db is a pool.
+type Store struct {
 	db DB
 }
+
+// NewStore returns the Store on db.
+func NewStore(db DB) *Store { return &Store{db: db} }
 
 // The claim statements run outside any transaction: each commits on its
 // own, before the provider is called. They sort their rows so concurrent
@@ -38,12 +57,12 @@ type pgStore struct {
 // (deadletter.go): a row of dead_letter of the same event and parameters
 // (order, customer, amount: another record's conflict under a reused
 // event_id never answers the valid event) whose replay_count is not below
-// the record's ($10) and whose reason is a decision (not replayedReason),
+// the record's ($10) and whose reason is a decision (not billing.ReplayedReason),
 // unless the event's own claim is charged, returns the event with its
 // stored reason and error, and the event is not claimed. The healthy path
 // pays no statement for it: the claim's returned rows carry it (a NULL
 // reason is a claim won). A replayed record (rp) leaves the row at its
-// count with replayedReason instead of a decision older than it, in the
+// count with billing.ReplayedReason instead of a decision older than it, in the
 // same statement as its claim: from then on no record of the event is
 // answered by the spent dead letter, and the event's next dead letter,
 // from any of its records, is stored at that count (recordDeadLetterSQL).
@@ -57,10 +76,10 @@ var claimSQL = `WITH v AS (
 dl AS (
   SELECT d.event_id, d.reason, d.error FROM v JOIN dead_letter d ON d.event_id = v.e AND d.consumer_group = $6
     AND d.order_id = v.o AND d.customer_id = v.c AND d.amount = v.a::numeric AND d.replay_count >= v.r
-  WHERE d.reason <> '` + replayedReason + `' AND NOT EXISTS (SELECT 1 FROM charge x WHERE x.event_id = v.e AND x.status = 'charged')),
+  WHERE d.reason <> '` + billing.ReplayedReason + `' AND NOT EXISTS (SELECT 1 FROM charge x WHERE x.event_id = v.e AND x.status = 'charged')),
 rp AS (
   INSERT INTO dead_letter AS d (event_id, consumer_group, order_id, customer_id, amount, reason, replay_count, error)
-  SELECT e, $6, o, c, a::numeric, '` + replayedReason + `', r, '' FROM v WHERE r > 0 ORDER BY e
+  SELECT e, $6, o, c, a::numeric, '` + billing.ReplayedReason + `', r, '' FROM v WHERE r > 0 ORDER BY e
   ON CONFLICT (event_id, consumer_group, order_id, customer_id, amount) DO UPDATE
   SET reason = excluded.reason, replay_count = excluded.replay_count, error = '', decided_at = now()
   WHERE d.replay_count < excluded.replay_count),
@@ -110,7 +129,7 @@ SELECT order_id, event_id, who, $6, now() + $4 * interval '1 millisecond' FROM s
 SELECT event_id FROM sent`
 
 // ClaimOrders runs claimSQL.
-func (s pgStore) ClaimOrders(ctx context.Context, group string, sends SendConfig, claims []NewClaim) ([]ClaimAnswer, error) {
+func (s *Store) ClaimOrders(ctx context.Context, group string, sends billing.SendConfig, claims []billing.NewClaim) ([]billing.ClaimAnswer, error) {
 	// Event ids and tokens as [16]byte: pgx encodes those in binary as they
 	// are (a uuid.UUID would go through its text form).
 	orders, ids := make([]int64, len(claims)), make([][16]byte, len(claims))
@@ -122,7 +141,7 @@ func (s pgStore) ClaimOrders(ctx context.Context, group string, sends SendConfig
 	}
 	inFlight, decideAfter := sendArgs(sends)
 	rows, err := s.db.Query(ctx, claimSQL, orders, ids, customers, amounts, tokens, group, inFlight, decideAfter, sends.Host, replays)
-	var answers []ClaimAnswer
+	var answers []billing.ClaimAnswer
 	if err == nil {
 		answers, err = pgx.CollectRows(rows, scanClaimAnswer)
 	}
@@ -136,20 +155,20 @@ func (s pgStore) ClaimOrders(ctx context.Context, group string, sends SendConfig
 }
 
 // scanClaimAnswer scans one row of claimSQL: a NULL reason is a claim won.
-func scanClaimAnswer(row pgx.CollectableRow) (ClaimAnswer, error) {
-	var a ClaimAnswer
+func scanClaimAnswer(row pgx.CollectableRow) (billing.ClaimAnswer, error) {
+	var a billing.ClaimAnswer
 	var reason, cause pgtype.Text
 	if err := row.Scan((*[16]byte)(&a.EventID), &reason, &cause); err != nil {
-		return ClaimAnswer{}, err
+		return billing.ClaimAnswer{}, err
 	}
 	a.Decided, a.Reason, a.Cause = reason.Valid, reason.String, cause.String
 	return a, nil
 }
 
 // LookupClaims runs lookupSQL.
-func (s pgStore) LookupClaims(ctx context.Context, orders []int64, ids []uuid.UUID) ([]Claim, error) {
+func (s *Store) LookupClaims(ctx context.Context, orders []int64, ids []uuid.UUID) ([]billing.Claim, error) {
 	rows, err := s.db.Query(ctx, lookupSQL, orders, dedup.Binary(ids))
-	var claims []Claim
+	var claims []billing.Claim
 	if err == nil {
 		claims, err = pgx.CollectRows(rows, scanClaim)
 	}
@@ -160,30 +179,30 @@ func (s pgStore) LookupClaims(ctx context.Context, orders []int64, ids []uuid.UU
 }
 
 // scanClaim scans claimColumns.
-func scanClaim(row pgx.CollectableRow) (Claim, error) {
-	var c Claim
+func scanClaim(row pgx.CollectableRow) (billing.Claim, error) {
+	var c billing.Claim
 	var amount, status string
 	var token pgtype.UUID // NULL for claims made before claim_token existed
 	var age int64
 	var parked bool
 	if err := row.Scan(&c.OrderID, (*[16]byte)(&c.EventID), &c.CustomerID, &amount, &status, &c.ClaimedAt, &token, &age, &parked); err != nil {
-		return Claim{}, err
+		return billing.Claim{}, err
 	}
 	c.Age = time.Duration(age) * time.Microsecond
-	c.Status = ClaimStateOf(status, parked)
+	c.Status = billing.ClaimStateOf(status, parked)
 	if token.Valid {
 		c.Attempt = token.Bytes
 	}
 	a, err := money.ParseAmount(amount)
 	if err != nil {
-		return Claim{}, fmt.Errorf("ledger amount of order %d: %w", c.OrderID, err)
+		return billing.Claim{}, fmt.Errorf("ledger amount of order %d: %w", c.OrderID, err)
 	}
 	c.Amount = a
 	return c, nil
 }
 
 // ReleaseClaims runs releaseSQL.
-func (s pgStore) ReleaseClaims(ctx context.Context, orders []int64, ids, tokens []uuid.UUID) ([]uuid.UUID, error) {
+func (s *Store) ReleaseClaims(ctx context.Context, orders []int64, ids, tokens []uuid.UUID) ([]uuid.UUID, error) {
 	rows, err := s.db.Query(ctx, releaseSQL, orders, dedup.Binary(ids), dedup.Binary(tokens))
 	var released []uuid.UUID
 	if err == nil {
@@ -193,13 +212,13 @@ func (s pgStore) ReleaseClaims(ctx context.Context, orders []int64, ids, tokens 
 }
 
 // BlockClaims runs blockSQL.
-func (s pgStore) BlockClaims(ctx context.Context, orders []int64, ids []uuid.UUID, why string) error {
-	_, err := s.db.Exec(ctx, blockSQL, orders, dedup.Binary(ids), why)
-	return classifyDB(err)
+func (s *Store) BlockClaims(ctx context.Context, orders []int64, ids []uuid.UUID, why string) (int64, error) {
+	tag, err := s.db.Exec(ctx, blockSQL, orders, dedup.Binary(ids), why)
+	return tag.RowsAffected(), classifyDB(err)
 }
 
 // RecordSends runs markSentSQL.
-func (s pgStore) RecordSends(ctx context.Context, sends SendConfig, orders []int64, ids []uuid.UUID, senders []string) ([]uuid.UUID, error) {
+func (s *Store) RecordSends(ctx context.Context, sends billing.SendConfig, orders []int64, ids []uuid.UUID, senders []string) ([]uuid.UUID, error) {
 	return recordSends(ctx, s.db, sends, orders, ids, senders)
 }
 
@@ -211,7 +230,7 @@ type querier interface {
 
 // recordSends runs markSentSQL on db; the store and a completer's
 // session share it.
-func recordSends(ctx context.Context, db querier, sends SendConfig, orders []int64, ids []uuid.UUID, senders []string) ([]uuid.UUID, error) {
+func recordSends(ctx context.Context, db querier, sends billing.SendConfig, orders []int64, ids []uuid.UUID, senders []string) ([]uuid.UUID, error) {
 	inFlight, decideAfter := sendArgs(sends)
 	rows, err := db.Query(ctx, markSentSQL, orders, dedup.Binary(ids), senders, inFlight, decideAfter, sends.Host)
 	var marked []uuid.UUID
@@ -226,15 +245,25 @@ func recordSends(ctx context.Context, db querier, sends SendConfig, orders []int
 
 // sendArgs are the in-flight deadline D and D plus the provider's bound,
 // in milliseconds, as the send statements take them.
-func sendArgs(c SendConfig) (inFlight, decideAfter int64) {
+func sendArgs(c billing.SendConfig) (inFlight, decideAfter int64) {
 	return c.Deadline.Milliseconds(), (c.Deadline + c.ProviderMaxProcessing).Milliseconds()
 }
 
 // Begin begins a transaction on the store's DB.
-func (s pgStore) Begin(ctx context.Context) (Tx, error) {
+func (s *Store) Begin(ctx context.Context) (billing.Tx, error) {
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return nil, classifyDB(err)
 	}
 	return pgTx{tx: tx}, nil
 }
+
+// The ports the Store and its sessions implement.
+var (
+	_ billing.Store         = (*Store)(nil)
+	_ billing.OperatorStore = (*Store)(nil)
+	_ billing.Sessions      = (*Sessions)(nil)
+	_ billing.Tx            = pgTx{}
+	_ billing.Session       = pgSession{}
+	_ billing.OperatorTx    = operatorTx{}
+)

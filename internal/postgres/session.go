@@ -1,6 +1,6 @@
-package billing
+package postgres
 
-// pgSession, a completer's session on Postgres: one connection of the
+// Sessions, a completer's sessions on Postgres: one connection of the
 // pool, held for a pass, on which the completer's advisory lock is taken.
 
 import (
@@ -11,18 +11,23 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/money"
 	"github.com/billing-consumer/billing-consumer/internal/pglock"
 )
 
-// pgSessions acquires sessions from a pool.
-type pgSessions struct {
+// Sessions implements billing.Sessions on a pool: each session is one
+// of its connections, held for a completer's pass.
+type Sessions struct {
 	pool *pgxpool.Pool
 }
 
+// NewSessions returns the Sessions of pool.
+func NewSessions(pool *pgxpool.Pool) *Sessions { return &Sessions{pool: pool} }
+
 // Acquire takes a connection of the pool for a session.
-func (p pgSessions) Acquire(ctx context.Context) (Session, error) {
+func (p *Sessions) Acquire(ctx context.Context) (billing.Session, error) {
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
 		return nil, classifyDB(err)
@@ -67,18 +72,18 @@ func (s pgSession) TryLock(ctx context.Context, key int64, timeout time.Duration
 }
 
 // StaleClaims runs staleClaimsSQL.
-func (s pgSession) StaleClaims(ctx context.Context, olderThan time.Duration, limit int) ([]Claim, error) {
+func (s pgSession) StaleClaims(ctx context.Context, olderThan time.Duration, limit int) ([]billing.Claim, error) {
 	return s.claims(ctx, staleClaimsSQL, olderThan.Milliseconds(), limit)
 }
 
 // ParkedDue runs parkedDueSQL.
-func (s pgSession) ParkedDue(ctx context.Context, limit int) ([]Claim, error) {
+func (s pgSession) ParkedDue(ctx context.Context, limit int) ([]billing.Claim, error) {
 	return s.claims(ctx, parkedDueSQL, limit)
 }
 
-func (s pgSession) claims(ctx context.Context, sql string, args ...any) ([]Claim, error) {
+func (s pgSession) claims(ctx context.Context, sql string, args ...any) ([]billing.Claim, error) {
 	rows, err := s.conn.Query(ctx, sql, args...)
-	var claims []Claim
+	var claims []billing.Claim
 	if err == nil {
 		claims, err = pgx.CollectRows(rows, scanClaim)
 	}
@@ -86,8 +91,8 @@ func (s pgSession) claims(ctx context.Context, sql string, args ...any) ([]Claim
 }
 
 // CountUnsettled runs unsettledSQL.
-func (s pgSession) CountUnsettled(ctx context.Context) (Unsettled, error) {
-	var u Unsettled
+func (s pgSession) CountUnsettled(ctx context.Context) (billing.Unsettled, error) {
+	var u billing.Unsettled
 	var oldest int64 // microseconds, by the database's clock
 	if err := s.conn.QueryRow(ctx, unsettledSQL).Scan(&u.Pending, &u.Blocked, &u.Parked, &oldest, &u.Deferred, &u.StrayBeside); err != nil {
 		return u, classifyDB(err)
@@ -97,18 +102,18 @@ func (s pgSession) CountUnsettled(ctx context.Context) (Unsettled, error) {
 }
 
 // BlockedClaims runs blockedSQL.
-func (s pgSession) BlockedClaims(ctx context.Context) ([]Settled, error) {
+func (s pgSession) BlockedClaims(ctx context.Context) ([]billing.Settled, error) {
 	rows, err := s.conn.Query(ctx, blockedSQL)
 	if err != nil {
 		return nil, classifyDB(err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Settled, error) {
-		var s Settled
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (billing.Settled, error) {
+		var s billing.Settled
 		var amount, status string
 		if err := row.Scan(&s.OrderID, (*[16]byte)(&s.EventID), &s.CustomerID, &amount, &status, &s.ClaimedAt, &s.Detail); err != nil {
 			return s, err
 		}
-		s.Status, s.Result = ClaimState(status), string(ClaimBlocked)
+		s.Status, s.Result = billing.ClaimState(status), string(billing.ClaimBlocked)
 		a, err := money.ParseAmount(amount)
 		s.Amount = a
 		return s, err
@@ -117,18 +122,18 @@ func (s pgSession) BlockedClaims(ctx context.Context) ([]Settled, error) {
 }
 
 // RecordSends runs markSentSQL on the session's connection.
-func (s pgSession) RecordSends(ctx context.Context, sends SendConfig, orders []int64, ids []uuid.UUID, senders []string) ([]uuid.UUID, error) {
+func (s pgSession) RecordSends(ctx context.Context, sends billing.SendConfig, orders []int64, ids []uuid.UUID, senders []string) ([]uuid.UUID, error) {
 	return recordSends(ctx, s.conn, sends, orders, ids, senders)
 }
 
 // BlockClaims runs blockSQL on the session's connection.
-func (s pgSession) BlockClaims(ctx context.Context, orders []int64, ids []uuid.UUID, why string) error {
-	_, err := s.conn.Exec(ctx, blockSQL, orders, dedup.Binary(ids), why)
-	return classifyDB(err)
+func (s pgSession) BlockClaims(ctx context.Context, orders []int64, ids []uuid.UUID, why string) (int64, error) {
+	tag, err := s.conn.Exec(ctx, blockSQL, orders, dedup.Binary(ids), why)
+	return tag.RowsAffected(), classifyDB(err)
 }
 
 // Begin begins a transaction on the session's connection.
-func (s pgSession) Begin(ctx context.Context) (Tx, error) {
+func (s pgSession) Begin(ctx context.Context) (billing.Tx, error) {
 	tx, err := s.conn.Begin(ctx)
 	if err != nil {
 		return nil, classifyDB(err)

@@ -1,4 +1,4 @@
-package billing
+package postgres
 
 // pgStore's statements for deferred events, parked claims and dead
 // letters.
@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 )
@@ -116,33 +117,33 @@ SELECT count(*) FROM p`
 
 // recordDeadLetterSQL stores a decision, or keeps the stored one unless
 // the incoming record was replayed more often or the row holds no
-// decision (replayedReason), and returns the reason and error to
+// decision (billing.ReplayedReason), and returns the reason and error to
 // dead-letter with ($1 event, $2 group, $3 reason, $4 replay count, $5
 // error, $6 order, $7 customer, $8 amount: a decision is the event's with
 // these parameters; a record reusing the event_id with others has its
-// own). A decision stored over replayedReason keeps the higher count.
+// own). A decision stored over billing.ReplayedReason keeps the higher count.
 // The outer SELECT sees the row as it was before the statement: the
 // stored decision when the upsert changed nothing. A row inserted or
 // changed meanwhile by a concurrent transaction may be seen by neither
-// part (or, a replayedReason the upsert no longer found, by the outer
+// part (or, a billing.ReplayedReason the upsert no longer found, by the outer
 // SELECT, which skips it): no row, and the caller asks again.
 const recordDeadLetterSQL = `WITH up AS (
   INSERT INTO dead_letter AS d (event_id, consumer_group, reason, replay_count, error, order_id, customer_id, amount)
   VALUES ($1, $2, $3, $4, $5, $6, $7, $8::numeric)
   ON CONFLICT (event_id, consumer_group, order_id, customer_id, amount) DO UPDATE
   SET reason = excluded.reason, replay_count = greatest(d.replay_count, excluded.replay_count), error = excluded.error, decided_at = now()
-  WHERE d.replay_count < excluded.replay_count OR d.reason = '` + replayedReason + `'
+  WHERE d.replay_count < excluded.replay_count OR d.reason = '` + billing.ReplayedReason + `'
   RETURNING reason, error)
 SELECT reason, error FROM up
 UNION ALL
 SELECT reason, error FROM dead_letter WHERE event_id = $1 AND consumer_group = $2
-  AND order_id = $6 AND customer_id = $7 AND amount = $8::numeric AND reason <> '` + replayedReason + `'
+  AND order_id = $6 AND customer_id = $7 AND amount = $8::numeric AND reason <> '` + billing.ReplayedReason + `'
   AND NOT EXISTS (SELECT 1 FROM up)`
 
 // headerColumns are r's headers as deferred_event's columns: header_keys
 // (text[], see textKeys), header_key_bytes (the keys' exact bytes) and
 // header_values.
-func headerColumns(r Record) (texts []string, keys, values [][]byte) {
+func headerColumns(r billing.Record) (texts []string, keys, values [][]byte) {
 	keys, values = make([][]byte, len(r.Headers)), make([][]byte, len(r.Headers))
 	for i, h := range r.Headers {
 		keys[i], values[i] = []byte(h.Key), h.Value
@@ -151,7 +152,7 @@ func headerColumns(r Record) (texts []string, keys, values [][]byte) {
 }
 
 // timeColumn is r's time as deferred_event's record_time: NULL when unset.
-func timeColumn(r Record) *time.Time {
+func timeColumn(r billing.Record) *time.Time {
 	if r.Time.IsZero() {
 		return nil
 	}
@@ -163,7 +164,7 @@ func timeColumn(r Record) *time.Time {
 // read: the keys, when every one is text Postgres can hold (UTF-8 without
 // a NUL byte), else none, which that binary refuses to decide (its keys
 // and values differ in number) and leaves to this one.
-func textKeys(hs []Header) []string {
+func textKeys(hs []billing.Header) []string {
 	keys := make([]string, 0, len(hs))
 	for _, h := range hs {
 		if !utf8.ValidString(h.Key) || strings.IndexByte(h.Key, 0) >= 0 {
@@ -177,8 +178,8 @@ func textKeys(hs []Header) []string {
 // scanDeferred reads a row of takeDeferredSQL. The header keys are
 // header_key_bytes; a row written by a binary of level 8 (or before
 // migration 00009) has none, and its text keys are its keys.
-func scanDeferred(row pgx.CollectableRow) (Deferred, error) {
-	var d Deferred
+func scanDeferred(row pgx.CollectableRow) (billing.Deferred, error) {
+	var d billing.Deferred
 	var texts []string
 	var keys, values [][]byte
 	var at *time.Time
@@ -197,7 +198,7 @@ func scanDeferred(row pgx.CollectableRow) (Deferred, error) {
 		return d, fmt.Errorf("deferred event %s: %d header keys, %d values", d.EventID, len(keys), len(values))
 	}
 	for i := range keys {
-		d.Record.Headers = append(d.Record.Headers, Header{Key: string(keys[i]), Value: values[i]})
+		d.Record.Headers = append(d.Record.Headers, billing.Header{Key: string(keys[i]), Value: values[i]})
 	}
 	if at != nil {
 		d.Record.Time = *at
@@ -207,7 +208,7 @@ func scanDeferred(row pgx.CollectableRow) (Deferred, error) {
 }
 
 // Defer runs deferSQL.
-func (s pgStore) Defer(ctx context.Context, group string, ev events.OrderConfirmed, rec Record) (bool, error) {
+func (s *Store) Defer(ctx context.Context, group string, ev events.OrderConfirmed, rec billing.Record) (bool, error) {
 	texts, keys, values := headerColumns(rec)
 	rows, err := s.db.Query(ctx, deferSQL, group, [16]byte(ev.EventID), ev.OrderID, rec.Topic, rec.Partition, rec.Offset,
 		rec.Key, rec.Value, texts, values, timeColumn(rec), keys)
@@ -222,20 +223,20 @@ func (s pgStore) Defer(ctx context.Context, group string, ev events.OrderConfirm
 }
 
 // TakeDeferred runs takeDeferredSQL.
-func (s pgStore) TakeDeferred(ctx context.Context, group string, lease time.Duration) (Deferred, bool, error) {
+func (s *Store) TakeDeferred(ctx context.Context, group string, lease time.Duration) (billing.Deferred, bool, error) {
 	rows, err := s.db.Query(ctx, takeDeferredSQL, group, lease.Milliseconds())
 	if err != nil {
-		return Deferred{}, false, classifyDB(fmt.Errorf("take a deferred event: %w", err))
+		return billing.Deferred{}, false, classifyDB(fmt.Errorf("take a deferred event: %w", err))
 	}
 	out, err := pgx.CollectRows(rows, scanDeferred)
 	if err != nil || len(out) == 0 {
-		return Deferred{}, false, classifyDB(err)
+		return billing.Deferred{}, false, classifyDB(err)
 	}
 	return out[0], true, nil
 }
 
 // FinishDeferred runs finishDeferredSQL.
-func (s pgStore) FinishDeferred(ctx context.Context, d Deferred) error {
+func (s *Store) FinishDeferred(ctx context.Context, d billing.Deferred) error {
 	if _, err := s.db.Exec(ctx, finishDeferredSQL, d.Seq, d.Attempts); err != nil {
 		return classifyDB(fmt.Errorf("finish deferred event %s: %w", d.EventID, err))
 	}
@@ -243,7 +244,7 @@ func (s pgStore) FinishDeferred(ctx context.Context, d Deferred) error {
 }
 
 // RetryDeferred runs retryDeferredSQL.
-func (s pgStore) RetryDeferred(ctx context.Context, d Deferred, after time.Duration, cause string) error {
+func (s *Store) RetryDeferred(ctx context.Context, d billing.Deferred, after time.Duration, cause string) error {
 	if _, err := s.db.Exec(ctx, retryDeferredSQL, d.Seq, d.Attempts, after.Milliseconds(), cause); err != nil {
 		return classifyDB(fmt.Errorf("retry deferred event %s: %w", d.EventID, err))
 	}
@@ -251,7 +252,7 @@ func (s pgStore) RetryDeferred(ctx context.Context, d Deferred, after time.Durat
 }
 
 // HeldBy runs heldSQL.
-func (s pgStore) HeldBy(ctx context.Context, group string, orders []int64, ids []uuid.UUID) (map[uuid.UUID]uuid.UUID, error) {
+func (s *Store) HeldBy(ctx context.Context, group string, orders []int64, ids []uuid.UUID) (map[uuid.UUID]uuid.UUID, error) {
 	rows, err := s.db.Query(ctx, heldSQL, orders, dedup.Binary(ids), group)
 	if err != nil {
 		return nil, classifyDB(fmt.Errorf("read the deferred events holding %d orders: %w", len(orders), err))
@@ -266,7 +267,7 @@ func (s pgStore) HeldBy(ctx context.Context, group string, orders []int64, ids [
 }
 
 // Park runs parkSQL.
-func (s pgStore) Park(ctx context.Context, group string, ev events.OrderConfirmed, rec Record, firstSend time.Duration) (bool, error) {
+func (s *Store) Park(ctx context.Context, group string, ev events.OrderConfirmed, rec billing.Record, firstSend time.Duration) (bool, error) {
 	texts, keys, values := headerColumns(rec)
 	rows, err := s.db.Query(ctx, parkSQL, ev.OrderID, [16]byte(ev.EventID), ev.CustomerID, ev.TotalAmount.String(), firstSend.Milliseconds(),
 		group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, texts, values, timeColumn(rec), keys)
@@ -281,7 +282,7 @@ func (s pgStore) Park(ctx context.Context, group string, ev events.OrderConfirme
 }
 
 // RecordDeadLetter runs recordDeadLetterSQL.
-func (s pgStore) RecordDeadLetter(ctx context.Context, group string, ev events.OrderConfirmed, replayCount int, reason, cause string) (string, string, bool, error) {
+func (s *Store) RecordDeadLetter(ctx context.Context, group string, ev events.OrderConfirmed, replayCount int, reason, cause string) (string, string, bool, error) {
 	rows, err := s.db.Query(ctx, recordDeadLetterSQL, [16]byte(ev.EventID), group, reason, replayCount, cause,
 		ev.OrderID, ev.CustomerID, ev.TotalAmount.String())
 	var got [][2]string

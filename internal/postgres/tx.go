@@ -1,4 +1,4 @@
-package billing
+package postgres
 
 // pgTx, a billing transaction on Postgres: the charge transaction's and
 // the completer's settling statements, and the stray 2xx's.
@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/dedup"
 )
 
@@ -59,7 +60,7 @@ VALUES ($1, $2, $3, $4, $5, $6) RETURNING at`
 func (t pgTx) MarkProcessed(ctx context.Context, ids []uuid.UUID, group string, at time.Time) ([]uuid.UUID, error) {
 	fresh, err := dedup.MarkProcessed(ctx, t.tx, ids, group, at)
 	if errors.Is(err, dedup.ErrNoPartition) {
-		return nil, fmt.Errorf("mark %d events processed: %w", len(ids), ErrNoPartition)
+		return nil, fmt.Errorf("mark %d events processed: %w", len(ids), billing.ErrNoPartition)
 	}
 	if err != nil {
 		return nil, classifyDB(err)
@@ -96,9 +97,9 @@ func (t pgTx) MarkCharged(ctx context.Context, orders []int64, ids []uuid.UUID, 
 }
 
 // BlockClaims runs blockSQL.
-func (t pgTx) BlockClaims(ctx context.Context, orders []int64, ids []uuid.UUID, why string) error {
-	_, err := t.tx.Exec(ctx, blockSQL, orders, dedup.Binary(ids), why)
-	return classifyDB(err)
+func (t pgTx) BlockClaims(ctx context.Context, orders []int64, ids []uuid.UUID, why string) (int64, error) {
+	tag, err := t.tx.Exec(ctx, blockSQL, orders, dedup.Binary(ids), why)
+	return tag.RowsAffected(), classifyDB(err)
 }
 
 // RecordUnknown runs stillUnknownSQL.
@@ -108,7 +109,7 @@ func (t pgTx) RecordUnknown(ctx context.Context, order int64, id uuid.UUID, why 
 }
 
 // LockClaimRow runs strayRowSQL.
-func (t pgTx) LockClaimRow(ctx context.Context, order int64) (uuid.UUID, ClaimState, bool, error) {
+func (t pgTx) LockClaimRow(ctx context.Context, order int64) (uuid.UUID, billing.ClaimState, bool, error) {
 	var owner [16]byte
 	var status string
 	err := t.tx.QueryRow(ctx, strayRowSQL, order).Scan(&owner, &status)
@@ -118,11 +119,11 @@ func (t pgTx) LockClaimRow(ctx context.Context, order int64) (uuid.UUID, ClaimSt
 	case err != nil:
 		return uuid.UUID{}, "", false, classifyDB(err)
 	}
-	return owner, ClaimState(status), true, nil
+	return owner, billing.ClaimState(status), true, nil
 }
 
 // InsertStrayClaim runs strayClaimSQL.
-func (t pgTx) InsertStrayClaim(ctx context.Context, st StrayRecord) (bool, error) {
+func (t pgTx) InsertStrayClaim(ctx context.Context, st billing.StrayRecord) (bool, error) {
 	tag, err := t.tx.Exec(ctx, strayClaimSQL, st.OrderID, [16]byte(st.EventID), st.CustomerID, st.Amount.String(), st.ChargedAt, st.ChargeID, st.Host)
 	if err != nil {
 		return false, classifyDB(err)
@@ -137,7 +138,7 @@ func (t pgTx) BlockStrayClaim(ctx context.Context, order int64, owner uuid.UUID,
 }
 
 // LogStray runs strayLogSQL.
-func (t pgTx) LogStray(ctx context.Context, st StrayRecord, claimEvent *uuid.UUID, claimState *ClaimState) (time.Time, error) {
+func (t pgTx) LogStray(ctx context.Context, st billing.StrayRecord, claimEvent *uuid.UUID, claimState *billing.ClaimState) (time.Time, error) {
 	var event *[16]byte
 	var status *string
 	if claimEvent != nil {
