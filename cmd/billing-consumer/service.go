@@ -24,10 +24,10 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
 	"github.com/billing-consumer/billing-consumer/internal/kafkaconn"
 	"github.com/billing-consumer/billing-consumer/internal/metrics"
-	"github.com/billing-consumer/billing-consumer/internal/pause"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/pipeline"
 	"github.com/billing-consumer/billing-consumer/internal/postgres"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/pause"
 	"github.com/billing-consumer/billing-consumer/internal/tracing"
 )
 

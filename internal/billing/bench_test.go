@@ -13,10 +13,10 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/billing"
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/postgres"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )

@@ -15,12 +15,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/money"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/postgres"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )

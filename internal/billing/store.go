@@ -12,7 +12,7 @@ import (
 )
 
 // Billing's storage ports: what the use case needs of its database, in
-// its own terms. Each method is one statement whose guard keeps the
+// its own terms; internal/postgres implements them. Each method is one statement whose guard keeps the
 // claim's rule on the row (the lifecycle's transition functions decide;
 // the statements only carry their effects out, and never overwrite a row
 // that moved meanwhile). Batched methods take parallel slices, one entry
@@ -123,7 +123,10 @@ type Tx interface {
 	// the 2xx found it (claimEvent and claimState nil for no row), and
 	// returns when it was recorded.
 	LogStray(ctx context.Context, st StrayRecord, claimEvent *uuid.UUID, claimState *ClaimState) (time.Time, error)
+	// Commit commits the transaction.
 	Commit(ctx context.Context) error
+	// Rollback rolls the transaction back; the caller runs it on a
+	// context that outlives its own, and may ignore its error.
 	Rollback(ctx context.Context) error
 }
 

@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/money"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/dedup"
 )
 
 // DB is what the Store needs of Postgres: *pgxpool.Pool is one, and so is

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/dedup"
 )
 
 // aheadSQL is the predicate "an event other than %[3]s was deferred on

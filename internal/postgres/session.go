@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/money"
-	"github.com/billing-consumer/billing-consumer/internal/pglock"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/dedup"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/pglock"
 )
 
 // Sessions implements billing.Sessions on a pool: each session is one

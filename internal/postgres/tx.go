@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/dedup"
 )
 
 // pgTx is a Tx on a pgx transaction.
