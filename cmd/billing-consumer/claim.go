@@ -101,27 +101,28 @@ func claimCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // audit trail, its sends, the events deferred behind it and the order's
 // stray charges.
 func claimOn(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, stdout io.Writer, sub string, action billing.OperatorAction, req billing.OperatorRequest) error {
+	db := postgres.NewStore(pool)
 	if sub != "show" {
-		before, err := billing.ApplyOperator(ctx, pool, logger, req)
+		before, err := billing.ApplyOperator(ctx, db, logger, req)
 		if err != nil {
 			return schemaHint(err)
 		}
 		fmt.Fprintf(stdout, "order %d: claim %s (event %s) %s by %s\n", req.OrderID, before.Status, before.EventID,
 			map[billing.OperatorAction]string{billing.ActionRelease: "released", billing.ActionMarkCharged: "marked charged"}[action], req.Operator)
 	}
-	cl, trail, err := billing.ShowClaim(ctx, pool, req.OrderID)
+	cl, trail, err := billing.ShowClaim(ctx, db, req.OrderID)
 	if err != nil && !errors.Is(err, billing.ErrNoClaim) {
 		return schemaHint(err)
 	}
-	sends, err := billing.ClaimSends(ctx, pool, req.OrderID, cl)
+	sends, err := billing.ClaimSends(ctx, db, req.OrderID, cl)
 	if err != nil {
 		return schemaHint(err)
 	}
-	deferred, err := billing.DeferredOn(ctx, pool, req.OrderID)
+	deferred, err := billing.DeferredOn(ctx, db, req.OrderID)
 	if err != nil {
 		return schemaHint(err)
 	}
-	strays, err := billing.StrayCharges(ctx, pool, req.OrderID)
+	strays, err := billing.StrayCharges(ctx, db, req.OrderID)
 	if err != nil {
 		return schemaHint(err)
 	}

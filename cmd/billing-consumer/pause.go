@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/internal/metrics"
-	"github.com/billing-consumer/billing-consumer/internal/pause"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/pause"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 

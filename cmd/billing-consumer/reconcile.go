@@ -17,9 +17,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
-	"github.com/billing-consumer/billing-consumer/internal/pause"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/postgres"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/pause"
 )
 
 // completer builds the ledger completer of the service and of reconcile;
@@ -27,7 +27,7 @@ import (
 // an operator's pause (billing.Completer.Paused).
 func completer(cfg config, pool *pgxpool.Pool, charger billing.Charger, logger *slog.Logger, sender, host string, paused func() bool) *billing.Completer {
 	return &billing.Completer{
-		Pool: pool, Charger: charger, After: cfg.CompleterAfter, BlockAfter: cfg.ClaimBlockAfter,
+		Sessions: postgres.NewSessions(pool), Charger: charger, After: cfg.CompleterAfter, BlockAfter: cfg.ClaimBlockAfter,
 		DBTimeout: cfg.DBTimeout, Now: time.Now, Logger: logger, Sends: cfg.sends(host), Sender: sender, Paused: paused,
 	}
 }

@@ -27,10 +27,10 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/kafkaconn"
 	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 	"github.com/billing-consumer/billing-consumer/internal/metrics"
-	"github.com/billing-consumer/billing-consumer/internal/pause"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/pipeline"
 	"github.com/billing-consumer/billing-consumer/internal/postgres"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/pause"
 	"github.com/billing-consumer/billing-consumer/internal/tracing"
 )
 
@@ -210,7 +210,7 @@ func (s *service) newHealer(id string) *heal.Healer {
 // defers and dead-letters around it, and the consumer that feeds it.
 func (s *service) newBilling(id string, dlqWriter *dlq.Writer, tracer trace.Tracer, propagator propagation.TextMapPropagator) error {
 	cfg := s.cfg
-	svc, err := billing.New(billing.Config{DB: s.pool, Charger: s.payer.ForBilling(), Group: cfg.KafkaGroupID,
+	svc, err := billing.New(billing.Config{Store: postgres.NewStore(s.pool), Charger: s.payer.ForBilling(), Group: cfg.KafkaGroupID,
 		Now: time.Now, Logger: s.logger, DBTimeout: cfg.DBTimeout, ClaimBlockAfter: cfg.ClaimBlockAfter, Sends: cfg.sends(id), Paused: s.paused})
 	if err != nil {
 		return err

@@ -13,9 +13,10 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/billing"
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
@@ -82,7 +83,7 @@ func benchEvents(n int, first int64) []events.OrderConfirmed {
 
 func benchService(b *testing.B, pool *pgxpool.Pool) *billing.Service {
 	b.Helper()
-	svc, err := billing.New(billing.Config{DB: pool, Charger: instantCharger, Group: group, Now: time.Now,
+	svc, err := billing.New(billing.Config{Store: postgres.NewStore(pool), Charger: instantCharger, Group: group, Now: time.Now,
 		Logger: discard(), DBTimeout: 10 * time.Second})
 	if err != nil {
 		b.Fatal(err)
@@ -200,7 +201,7 @@ func BenchmarkBatcherHTTP(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, err := billing.New(billing.Config{DB: pool, Charger: client.ForBilling(), Group: group, Now: time.Now,
+	svc, err := billing.New(billing.Config{Store: postgres.NewStore(pool), Charger: client.ForBilling(), Group: group, Now: time.Now,
 		Logger: discard(), DBTimeout: 10 * time.Second})
 	if err != nil {
 		b.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/money"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
 )
 
 // The contract suite: the per-event Service and the batched path of the
@@ -42,7 +43,7 @@ func forEachBiller(t *testing.T, f func(t *testing.T, k billerKind)) {
 
 // biller returns an implementation of kind k over db and c, with the
 // tests' clock.
-func (e *env) biller(t *testing.T, k billerKind, db billing.DB, c billing.Charger) biller {
+func (e *env) biller(t *testing.T, k billerKind, db postgres.DB, c billing.Charger) biller {
 	t.Helper()
 	return e.billerOf(t, k, newService(t, db, c))
 }

@@ -56,6 +56,13 @@
 //     deadline before it leaves (sends.go), and the operator waits it out
 //     (inflight.go).
 //
+// Billing declares what it needs of its database as small ports in its
+// own terms (store.go: Store and Tx for the service, Sessions for the
+// completer, OperatorStore for the operator's commands); the statements
+// named here and in the comments of this package (claimSQL, recordSQL,
+// markSentSQL, …) are the Postgres adapter's, internal/postgres, which
+// implements those ports and alone speaks to Postgres.
+//
 // lifecycle_*_test.go checks all five over every interleaving of a
 // bounded model whose steps call these functions (decide, ClaimState.Next,
 // DeferredState.Next, policy.Decide) and the statements' guards written as
@@ -70,8 +77,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/money"
@@ -110,14 +115,6 @@ type ChargeResult struct {
 	ChargeID string
 }
 
-// DB is what billing needs of Postgres; *pgxpool.Pool is one. Each call
-// may run on a different connection.
-type DB interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // Outcome is what processing an event did. Its values are the result label
 // of billing_events_total.
 type Outcome string
@@ -143,10 +140,12 @@ type Result struct {
 	DedupBypassed bool
 }
 
-// Config configures a Service. DB, Charger, Group, Now and Logger are
+// Config configures a Service. Store, Charger, Group, Now and Logger are
 // required.
 type Config struct {
-	DB      DB
+	// Store is the service's database (store.go; internal/postgres's
+	// Store in production).
+	Store   Store
 	Charger Charger
 	// Group is the consumer group, the consumer_group of processed_event.
 	Group  string
@@ -176,7 +175,7 @@ type Config struct {
 // Service processes events. It is safe for concurrent use; concurrent
 // calls for the same event or the same order are serialized by the claim.
 type Service struct {
-	db        DB
+	store     Store
 	charger   Charger
 	group     string
 	now       func() time.Time
@@ -191,13 +190,13 @@ type Service struct {
 
 // New returns a Service, or an error naming what cfg lacks.
 func New(cfg Config) (*Service, error) {
-	if cfg.DB == nil || cfg.Charger == nil || cfg.Group == "" || cfg.Now == nil || cfg.Logger == nil {
-		return nil, errors.New("billing: db, charger, group, clock and logger are required")
+	if cfg.Store == nil || cfg.Charger == nil || cfg.Group == "" || cfg.Now == nil || cfg.Logger == nil {
+		return nil, errors.New("billing: store, charger, group, clock and logger are required")
 	}
 	if cfg.DBTimeout <= 0 {
 		cfg.DBTimeout = 10 * time.Second
 	}
-	return &Service{db: cfg.DB, charger: cfg.Charger, group: cfg.Group, now: cfg.Now,
+	return &Service{store: cfg.Store, charger: cfg.Charger, group: cfg.Group, now: cfg.Now,
 		logger: cfg.Logger, dbTimeout: cfg.DBTimeout, claimBlockAfter: cfg.ClaimBlockAfter, sends: cfg.Sends.withDefaults(), pausedFn: cfg.Paused}, nil
 }
 

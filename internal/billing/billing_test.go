@@ -15,11 +15,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/money"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
@@ -65,9 +66,9 @@ func newEnv(t *testing.T, token string) *env {
 	return &env{pool: pool, sim: sim, client: client, charger: charger, svc: newService(t, pool, charger), declined: map[int64]bool{}}
 }
 
-func newService(t *testing.T, db billing.DB, c billing.Charger) *billing.Service {
+func newService(t *testing.T, db postgres.DB, c billing.Charger) *billing.Service {
 	t.Helper()
-	svc, err := billing.New(billing.Config{DB: db, Charger: c, Group: group,
+	svc, err := billing.New(billing.Config{Store: postgres.NewStore(db), Charger: c, Group: group,
 		Now: func() time.Time { return now }, Logger: discard(), DBTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
@@ -38,7 +39,7 @@ func TestCompleterDoesNotResendPastBlockAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.age(t, 25*time.Hour)
-	c := &billing.Completer{Pool: e.pool, Charger: client.ForBilling(), After: time.Minute, BlockAfter: time.Hour,
+	c := &billing.Completer{Sessions: postgres.NewSessions(e.pool), Charger: client.ForBilling(), After: time.Minute, BlockAfter: time.Hour,
 		Now: func() time.Time { return now }, Logger: discard()}
 	rep, err := c.RunOnce(context.Background(), billing.PassOptions{})
 	if err != nil {
@@ -75,7 +76,7 @@ func TestRedeliveryDoesNotResendAClaimPastBlockAfter(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.age(t, 25*time.Hour)
-		later, err := billing.New(billing.Config{DB: e.pool, Charger: client.ForBilling(), Group: group, Logger: discard(),
+		later, err := billing.New(billing.Config{Store: postgres.NewStore(e.pool), Charger: client.ForBilling(), Group: group, Logger: discard(),
 			Now: func() time.Time { return now }, DBTimeout: 5 * time.Second, ClaimBlockAfter: time.Hour})
 		if err != nil {
 			t.Fatal(err)

@@ -9,20 +9,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 )
-
-// recordSQL marks claims charged and returns the event ids it marked. It
-// matches on the owning event, whatever the status: a 2xx for the claim's
-// key is the truth about the money, even when the completer blocked the
-// claim meanwhile.
-const recordSQL = `UPDATE charge AS c SET provider_charge_id = v.id, charged_at = $4, status = 'charged'
-FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS v(o, e, id) WHERE c.order_id = v.o AND c.event_id = v.e
-RETURNING c.event_id`
 
 // response is the answer for one event.
 type response struct {
@@ -53,7 +43,7 @@ func (s *Service) charge(ctx context.Context, ev events.OrderConfirmed, created 
 // EffectMarkCharged (recordSQL, in record), and a failed charge, which
 // fails its own event only, moving its claim (settleFailed).
 //
-// Its error means that nothing was recorded or sent: dedup.ErrNoPartition
+// Its error means that nothing was recorded or sent: ErrNoPartition
 // (wrapped) when an event falls outside the processed_event partitions, or
 // a failure to record the sends or to begin. Otherwise it answers each
 // event, in order; an event the provider charged but whose record did not
@@ -69,10 +59,10 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 		return nil, err
 	}
 	bctx, cancel := s.live(ctx)
-	tx, err := s.db.Begin(bctx)
+	tx, err := s.store.Begin(bctx)
 	cancel()
 	if err != nil {
-		return nil, classifyDB(fmt.Errorf("begin: %w", err))
+		return nil, fmt.Errorf("begin: %w", err)
 	}
 	// The transaction ends before the failed events' claims are settled
 	// (settleFailed), on other connections.
@@ -141,7 +131,7 @@ func (s *Service) chargeAll(ctx context.Context, evs []events.OrderConfirmed, cr
 // before the hold (errMovedMeanwhile in out, nothing sent: their
 // processed_event rows must be removed again). The duplicates get their
 // outcome in out. Its error, in tx, means that nothing was sent.
-func (s *Service) prepare(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed, created []bool, idx []int, withDedup bool, out []response) (send, moved []int, err error) {
+func (s *Service) prepare(ctx context.Context, tx Tx, evs []events.OrderConfirmed, created []bool, idx []int, withDedup bool, out []response) (send, moved []int, err error) {
 	send = idx
 	if withDedup && len(idx) > 0 {
 		isFresh, err := s.markProcessed(ctx, tx, evs, idx)
@@ -160,11 +150,6 @@ func (s *Service) prepare(ctx context.Context, tx pgx.Tx, evs []events.OrderConf
 	return s.hold(ctx, tx, evs, created, send, out)
 }
 
-// holdSQL locks the pending claims of the pairs given FOR KEY SHARE, in
-// order, for the charge transaction, and returns those it locked.
-const holdSQL = `SELECT c.event_id FROM charge AS c JOIN unnest($1::bigint[], $2::uuid[]) AS v(o, e)
-ON c.order_id = v.o AND c.event_id = v.e WHERE c.status = 'pending' ORDER BY c.order_id FOR KEY SHARE OF c`
-
 // hold locks (holdSQL), until tx ends, the claims of the events of idx
 // that did not create them, and returns the events of idx to send and
 // those whose claim is no longer pending (see prepare). markSent has
@@ -172,9 +157,9 @@ ON c.order_id = v.o AND c.event_id = v.e WHERE c.status = 'pending' ORDER BY c.o
 // the hold keeps a binary built before others_sent_at existed, which
 // releases on a refusal without looking at it, from deleting the claim
 // under a request in flight while both run during an upgrade.
-func (s *Service) hold(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed, created []bool, idx []int, out []response) (send, moved []int, err error) {
+func (s *Service) hold(ctx context.Context, tx Tx, evs []events.OrderConfirmed, created []bool, idx []int, out []response) (send, moved []int, err error) {
 	var orders []int64
-	var ids [][16]byte
+	var ids []uuid.UUID
 	for _, i := range idx {
 		if !created[i] {
 			orders, ids = append(orders, evs[i].OrderID), append(ids, evs[i].EventID)
@@ -199,36 +184,30 @@ func (s *Service) hold(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirm
 	return send, moved, nil
 }
 
-// holdClaims runs holdSQL in tx; the charge path and the completer share it.
-func holdClaims(ctx context.Context, tx pgx.Tx, timeout time.Duration, orders []int64, ids [][16]byte) (map[uuid.UUID]bool, error) {
+// holdClaims holds the claims in tx (Tx.HoldClaims); the charge path and
+// the completer share it.
+func holdClaims(ctx context.Context, tx Tx, timeout time.Duration, orders []int64, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
 	hctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	rows, err := tx.Query(hctx, holdSQL, orders, ids)
+	held, err := tx.HoldClaims(hctx, orders, ids)
 	if err != nil {
-		return nil, classifyDB(fmt.Errorf("hold %d claims: %w", len(orders), err))
-	}
-	held, err := dedup.CollectUUIDs(rows)
-	if err != nil {
-		return nil, classifyDB(fmt.Errorf("hold %d claims: %w", len(orders), err))
+		return nil, err
 	}
 	return idSet(held), nil
 }
 
 // markProcessed inserts the processed_event rows of evs[idx] in tx and
 // returns which are new.
-func (s *Service) markProcessed(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed, idx []int) (map[uuid.UUID]bool, error) {
+func (s *Service) markProcessed(ctx context.Context, tx Tx, evs []events.OrderConfirmed, idx []int) (map[uuid.UUID]bool, error) {
 	ids := make([]uuid.UUID, len(idx))
 	for k, i := range idx {
 		ids[k] = evs[i].EventID
 	}
 	mctx, cancel := s.live(ctx)
 	defer cancel()
-	fresh, err := dedup.MarkProcessed(mctx, tx, ids, s.group, s.now())
-	if errors.Is(err, dedup.ErrNoPartition) {
-		return nil, err
-	}
+	fresh, err := tx.MarkProcessed(mctx, ids, s.group, s.now())
 	if err != nil {
-		return nil, classifyDB(err)
+		return nil, err
 	}
 	return idSet(fresh), nil
 }
@@ -270,21 +249,17 @@ func (s *Service) sendAll(ctx context.Context, evs []events.OrderConfirmed, idx 
 // provider past its bound makes one) is a stray charge: recorded in tx
 // with the rest (recordStray, the 2xx rule), its outcome charged all the
 // same. Its error is the transaction's: nothing of it committed.
-func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfirmed, created []bool, out []response, charged, failed []int, withDedup bool) error {
+func (s *Service) record(ctx context.Context, tx Tx, evs []events.OrderConfirmed, created []bool, out []response, charged, failed []int, withDedup bool) error {
 	wctx, cancel := s.detached(ctx)
 	defer cancel()
 	at := s.now()
-	orders, ids, chargeIDs := make([]int64, len(charged)), make([][16]byte, len(charged)), make([]string, len(charged))
+	orders, ids, chargeIDs := make([]int64, len(charged)), make([]uuid.UUID, len(charged)), make([]string, len(charged))
 	for k, i := range byOrder(evs, charged) {
 		orders[k], ids[k], chargeIDs[k] = evs[i].OrderID, evs[i].EventID, out[i].res.ChargeID
 	}
-	rows, err := tx.Query(wctx, recordSQL, orders, ids, chargeIDs, at)
-	var marked []uuid.UUID
-	if err == nil {
-		marked, err = dedup.CollectUUIDs(rows)
-	}
+	marked, err := tx.MarkCharged(wctx, orders, ids, chargeIDs, at)
 	if err != nil {
-		return classifyDB(fmt.Errorf("record %d charges: %w", len(charged), err))
+		return fmt.Errorf("record %d charges: %w", len(charged), err)
 	}
 	var strays []StrayCharge
 	if len(marked) != len(charged) {
@@ -297,10 +272,10 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfi
 			if created[i] {
 				sender = SenderCreator
 			}
-			sc, err := recordStray(wctx, tx, stray{order: ev.OrderID, customer: ev.CustomerID, event: ev.EventID, amount: ev.TotalAmount.String(),
-				chargeID: out[i].res.ChargeID, sender: sender, host: s.sends.Host, chargedAt: at})
+			sc, err := recordStray(wctx, tx, StrayRecord{OrderID: ev.OrderID, CustomerID: ev.CustomerID, EventID: ev.EventID, Amount: ev.TotalAmount,
+				ChargeID: out[i].res.ChargeID, Sender: sender, Host: s.sends.Host, ChargedAt: at})
 			if err != nil {
-				return classifyDB(err)
+				return err
 			}
 			strays = append(strays, sc)
 		}
@@ -310,12 +285,12 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfi
 		for _, i := range failed {
 			unmark = append(unmark, evs[i].EventID)
 		}
-		if err := dedup.Unmark(wctx, tx, unmark, s.group); err != nil {
-			return classifyDB(err)
+		if err := tx.Unmark(wctx, unmark, s.group); err != nil {
+			return err
 		}
 	}
 	if err := tx.Commit(wctx); err != nil {
-		return classifyDB(fmt.Errorf("commit %d charges: %w", len(charged), err))
+		return fmt.Errorf("commit %d charges: %w", len(charged), err)
 	}
 	for _, sc := range strays {
 		logStray(ctx, s.logger, sc)
@@ -328,7 +303,7 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, evs []events.OrderConfi
 // block, or nothing) and logs what a kept claim means.
 func (s *Service) settleFailed(ctx context.Context, evs []events.OrderConfirmed, created []bool, atts []*attempt, failed []int, out []response) {
 	var release []events.OrderConfirmed
-	var tokens [][16]byte
+	var tokens []uuid.UUID
 	for _, i := range failed {
 		ev, err := evs[i], out[i].err
 		// The claim is this event's own and unsettled as far as this

@@ -7,12 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/billing-consumer/billing-consumer/internal/field"
-	"github.com/billing-consumer/billing-consumer/internal/money"
-	"github.com/billing-consumer/billing-consumer/internal/pglock"
 )
 
 // SettledMeanwhile is the Settled.Result of a claim that was released or
@@ -55,8 +50,10 @@ const completerLockKey int64 = 0x636f6d706c657465
 // completer.go (the type, a pass, Passes, the counts), settle.go
 // (settling one claim), park.go.
 type Completer struct {
-	Pool    *pgxpool.Pool
-	Charger Charger
+	// Sessions gives the completer a session for each pass (one
+	// connection, on which it takes its advisory lock).
+	Sessions Sessions
+	Charger  Charger
 	// After is the age from which a pending claim is settled here rather
 	// than left to its event's own retries.
 	After time.Duration
@@ -158,23 +155,36 @@ type PassOptions struct {
 	ParkedOnly bool
 }
 
-const (
-	// staleClaimsSQL selects the pending claims older than $1 and the
-	// parked ones whose next re-send is due.
-	staleClaimsSQL = `SELECT ` + claimColumns + ` FROM charge
-WHERE status = 'pending' AND (claimed_at < now() - $1 * interval '1 millisecond' OR parked_at IS NOT NULL AND next_send_at <= now())
-ORDER BY claimed_at LIMIT $2`
-	unsettledSQL = `SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'blocked'),
-count(*) FILTER (WHERE status = 'pending' AND parked_at IS NOT NULL),
-coalesce(max(` + ageColumn + `) FILTER (WHERE status = 'pending'), 0),
-(SELECT count(*) FROM deferred_event d WHERE NOT EXISTS (SELECT 1 FROM charge p WHERE p.order_id = d.order_id AND p.event_id = d.event_id
-  AND p.status = 'pending' AND p.parked_at IS NOT NULL)),
-(SELECT count(DISTINCT s.order_id) FROM stray_charge s JOIN charge p ON p.order_id = s.order_id AND p.event_id <> s.event_id
-  AND p.status = 'charged' AND p.provider_charge_id IS DISTINCT FROM s.provider_charge_id)
-FROM charge WHERE status <> 'charged'`
-	blockedSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, coalesce(last_error, '') FROM charge
-WHERE status = 'blocked' ORDER BY claimed_at LIMIT 100`
-)
+// Sessions is where a Completer gets its session for a pass.
+type Sessions interface {
+	// Acquire returns a session; the caller releases it.
+	Acquire(ctx context.Context) (Session, error)
+}
+
+// Session is one connection of the database held for a completer's pass:
+// the advisory lock it takes is the session's, and every statement of
+// the pass runs on it. It is used by one goroutine; its errors carry a
+// fault.Kind, like the Store's.
+type Session interface {
+	Ledger
+	// TryLock takes the advisory lock key without waiting (each statement
+	// bounded by timeout); unlock releases it, on a context of its own.
+	// locked is false when another session holds it.
+	TryLock(ctx context.Context, key int64, timeout time.Duration) (unlock func(), locked bool, err error)
+	// StaleClaims returns up to limit pending claims older than olderThan
+	// and the parked ones whose next re-send is due, oldest first.
+	StaleClaims(ctx context.Context, olderThan time.Duration, limit int) ([]Claim, error)
+	// ParkedDue returns up to limit parked claims whose next re-send is
+	// due, the most overdue first.
+	ParkedDue(ctx context.Context, limit int) ([]Claim, error)
+	// CountUnsettled counts the claims that are not charged.
+	CountUnsettled(ctx context.Context) (Unsettled, error)
+	// BlockedClaims returns the oldest 100 blocked claims, each with its
+	// last error as Detail.
+	BlockedClaims(ctx context.Context) ([]Settled, error)
+	// Release ends the session.
+	Release()
+}
 
 // Validate returns nil when the completer's ages are usable, or the
 // errors.Join of a *field.Error for each field that is not: After must be
@@ -198,14 +208,14 @@ func (c *Completer) RunOnce(ctx context.Context, opt PassOptions) (PassReport, e
 	if err := c.Validate(); err != nil {
 		return PassReport{}, fmt.Errorf("completer: %w", err)
 	}
-	conn, err := c.Pool.Acquire(ctx)
+	sess, err := c.Sessions.Acquire(ctx)
 	if err != nil {
 		return PassReport{}, fmt.Errorf("completer: %w", err)
 	}
-	defer conn.Release()
+	defer sess.Release()
 	var rep PassReport
 	if !opt.DryRun {
-		unlock, locked, err := pglock.TryLock(ctx, conn, completerLockKey, c.dbTimeout())
+		unlock, locked, err := sess.TryLock(ctx, completerLockKey, c.dbTimeout())
 		if err != nil {
 			return rep, fmt.Errorf("completer lock: %w", err)
 		}
@@ -216,39 +226,25 @@ func (c *Completer) RunOnce(ctx context.Context, opt PassOptions) (PassReport, e
 		}
 	}
 	if !rep.Skipped {
-		rep.Settled, err = c.settleStale(ctx, conn, opt)
+		rep.Settled, err = c.settleStale(ctx, sess, opt)
 		if errors.Is(err, ErrPaused) {
 			rep.Paused, err = true, nil
 		}
 	}
 	var uerr, berr error
-	rep.Unsettled, uerr = c.count(ctx, conn)
+	rep.Unsettled, uerr = c.count(ctx, sess)
 	rep.Counted = uerr == nil
 	if opt.ListBlocked && rep.Unsettled.Blocked > 0 {
-		rep.Blocked, berr = c.blocked(ctx, conn)
+		rep.Blocked, berr = c.blocked(ctx, sess)
 	}
 	return rep, errors.Join(err, uerr, berr)
 }
 
 // blocked reads the blocked claims with their last error.
-func (c *Completer) blocked(ctx context.Context, conn *pgxpool.Conn) ([]Settled, error) {
+func (c *Completer) blocked(ctx context.Context, sess Session) ([]Settled, error) {
 	qctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
 	defer cancel()
-	rows, err := conn.Query(qctx, blockedSQL)
-	if err != nil {
-		return nil, fmt.Errorf("completer: read blocked claims: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Settled, error) {
-		var s Settled
-		var amount, status string
-		if err := row.Scan(&s.OrderID, (*[16]byte)(&s.EventID), &s.CustomerID, &amount, &status, &s.ClaimedAt, &s.Detail); err != nil {
-			return s, err
-		}
-		s.Status, s.Result = ClaimState(status), string(ClaimBlocked)
-		a, err := money.ParseAmount(amount)
-		s.Amount = a
-		return s, err
-	})
+	out, err := sess.BlockedClaims(qctx)
 	if err != nil {
 		return nil, fmt.Errorf("completer: read blocked claims: %w", err)
 	}
@@ -256,15 +252,13 @@ func (c *Completer) blocked(ctx context.Context, conn *pgxpool.Conn) ([]Settled,
 }
 
 // count reads the unsettled claims.
-func (c *Completer) count(ctx context.Context, conn *pgxpool.Conn) (Unsettled, error) {
+func (c *Completer) count(ctx context.Context, sess Session) (Unsettled, error) {
 	qctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
 	defer cancel()
-	var u Unsettled
-	var oldest int64 // microseconds, by the database's clock
-	if err := conn.QueryRow(qctx, unsettledSQL).Scan(&u.Pending, &u.Blocked, &u.Parked, &oldest, &u.Deferred, &u.StrayBeside); err != nil {
+	u, err := sess.CountUnsettled(qctx)
+	if err != nil {
 		return u, fmt.Errorf("completer: count claims: %w", err)
 	}
-	u.OldestPending = max(0, time.Duration(oldest)*time.Microsecond)
 	return u, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
@@ -214,7 +215,7 @@ func interleave(t *testing.T, e *env, kind billerKind, order int64, i, j int) {
 func (e *env) completePass(t *testing.T, age time.Duration) billing.PassReport {
 	t.Helper()
 	e.age(t, age)
-	c := &billing.Completer{Pool: e.pool, Charger: e.charger, After: time.Minute, BlockAfter: time.Hour,
+	c := &billing.Completer{Sessions: postgres.NewSessions(e.pool), Charger: e.charger, After: time.Minute, BlockAfter: time.Hour,
 		Now: func() time.Time { return now }, Logger: discard()}
 	rep, err := c.RunOnce(context.Background(), billing.PassOptions{})
 	if err != nil {

@@ -2,6 +2,11 @@ package billing
 
 import (
 	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/events"
 )
@@ -24,4 +29,40 @@ func ProcessBatch(ctx context.Context, s *Service, evs []events.OrderConfirmed, 
 		res[i], errs[i] = r.res, r.err
 	}
 	return res, errs
+}
+
+// The internal tests that run billing's statements on a real Postgres
+// (the conformance test, the lock-order and the stray-record tests) need
+// the adapter, internal/postgres, which imports billing: a test of
+// package billing cannot import it. adapter_test.go, of package
+// billing_test and compiled into the same test binary, sets these to the
+// adapter's constructors before any test runs.
+var (
+	// StoreOn is postgres.NewStore.
+	StoreOn func(db TestDB) TestStore
+	// SessionsOn is postgres.NewSessions.
+	SessionsOn func(pool *pgxpool.Pool) Sessions
+)
+
+// TestDB is a pool or a transaction, as the adapter takes it
+// (postgres.DB).
+type TestDB = interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// TestStore is what the adapter's Store implements.
+type TestStore interface {
+	Store
+	OperatorStore
+}
+
+// storeOn returns the adapter's Store on db.
+func storeOn(t testing.TB, db TestDB) TestStore {
+	t.Helper()
+	if StoreOn == nil {
+		t.Fatal("billing.StoreOn is not set (adapter_test.go)")
+	}
+	return StoreOn(db)
 }

@@ -7,10 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/billing-consumer/billing-consumer/db/migrations"
 )
 
 // The operator's guard against a request in flight (SPEC §11 I5): `claim
@@ -55,15 +51,19 @@ func (e *InFlightError) Unwrap() error { return ErrUnsafe }
 // in_flight_until), and that one is used.
 const UnrecordedProviderBound = 5 * time.Minute
 
-// oldReplicasSQL reads, by the database's clock, now(), and the replicas
-// of a level below $1 that may still have a request at the provider:
-// those whose heartbeat is fresher than $2 ms (the stale window, after
-// which a SIGKILLed replica no longer runs) plus $3 ms (the provider's
-// bound on its last request): how many, when the last of them is past
-// that, and who they are.
-const oldReplicasSQL = `SELECT now(), count(*), max(heartbeat_at) + ($2::bigint + $3::bigint) * interval '1 millisecond',
-coalesce(string_agg(replica_id || ' (level ' || binary_level || ')', ', ' ORDER BY replica_id), '')
-FROM billing_replica WHERE binary_level < $1 AND heartbeat_at > now() - ($2::bigint + $3::bigint) * interval '1 millisecond'`
+// OldReplicas is what OperatorTx.OldReplicas reads, by the database's
+// clock: Now, and the replicas of a binary below the level asked that may
+// still have a request at the provider — those whose heartbeat is fresher
+// than the stale window (after which a SIGKILLed replica no longer runs)
+// plus the bound asked (the provider's bound on their last request): how
+// many, when the last of them is past that (Until, zero for none), and
+// who they are.
+type OldReplicas struct {
+	Now   time.Time
+	Count int
+	Until time.Time
+	Who   string
+}
 
 // InFlightFacts are what says whether a request for a claim may still be
 // in flight or be finished by the provider (SPEC §11 I5), all by the
@@ -87,19 +87,16 @@ type InFlightFacts struct {
 
 // readInFlight reads the facts of cl, read FOR UPDATE in tx (so that no
 // send is recorded meanwhile).
-func readInFlight(ctx context.Context, tx pgx.Tx, cl OperatorClaim) (InFlightFacts, error) {
+func readInFlight(ctx context.Context, tx OperatorTx, cl OperatorClaim) (InFlightFacts, error) {
 	f := InFlightFacts{InFlightUntil: cl.InFlightUntil, DecideAfter: cl.DecideAfter, Bound: UnrecordedProviderBound}
 	if !cl.DecideAfter.IsZero() && !cl.InFlightUntil.IsZero() {
 		f.Bound = cl.DecideAfter.Sub(cl.InFlightUntil)
 	}
-	var staleAt *time.Time
-	stale := migrations.ReplicaStaleAfter.Milliseconds()
-	if err := tx.QueryRow(ctx, oldReplicasSQL, SendsRecordedFrom, stale, f.Bound.Milliseconds()).Scan(&f.Now, &f.OldReplicas, &staleAt, &f.OldWho); err != nil {
+	old, err := tx.OldReplicas(ctx, SendsRecordedFrom, f.Bound)
+	if err != nil {
 		return f, fmt.Errorf("read billing_replica: %w", err)
 	}
-	if staleAt != nil {
-		f.OldUntil = *staleAt
-	}
+	f.Now, f.OldReplicas, f.OldUntil, f.OldWho = old.Now, old.Count, old.Until, old.Who
 	return f, nil
 }
 
@@ -141,16 +138,8 @@ type Send struct {
 // the creator's first send of cl (the claim as ShowClaim read it; nil
 // when the order has none), then every other recorded send, also those
 // of claims since released. It changes nothing.
-func ClaimSends(ctx context.Context, pool *pgxpool.Pool, order int64, cl *OperatorClaim) ([]Send, error) {
-	rows, err := pool.Query(ctx, `SELECT sender, event_id, host, sent_at, in_flight_until FROM claim_send WHERE order_id = $1 ORDER BY id`, order)
-	if err != nil {
-		return nil, fmt.Errorf("read the sends of order %d: %w", order, err)
-	}
-	later, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Send, error) {
-		var s Send
-		err := r.Scan(&s.Sender, &s.EventID, &s.Host, &s.SentAt, &s.InFlightUntil)
-		return s, err
-	})
+func ClaimSends(ctx context.Context, db OperatorStore, order int64, cl *OperatorClaim) ([]Send, error) {
+	later, err := db.RecordedSends(ctx, order)
 	if err != nil {
 		return nil, fmt.Errorf("read the sends of order %d: %w", order, err)
 	}

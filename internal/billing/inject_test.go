@@ -12,6 +12,7 @@ import (
 
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
 )
 
 // The fault injector stands between billing and its two collaborators, the
@@ -121,9 +122,9 @@ func opName(sql string) string {
 	return sql
 }
 
-// faultDB is a billing.DB whose operations go through an injector.
+// faultDB is a postgres.DB whose operations go through an injector.
 type faultDB struct {
-	db billing.DB
+	db postgres.DB
 	in *injector
 }
 

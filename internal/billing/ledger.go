@@ -3,15 +3,11 @@ package billing
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/money"
@@ -23,7 +19,7 @@ type Claim struct {
 	EventID    uuid.UUID
 	CustomerID int64
 	Amount     money.Amount
-	// Status is the claim's state, parked included (claimStateOf).
+	// Status is the claim's state, parked included (ClaimStateOf).
 	Status    ClaimState
 	ClaimedAt time.Time
 	// Age is how old the claim was when it was read, by the database's
@@ -141,40 +137,32 @@ func (s *Service) claimAll(ctx context.Context, evs []events.OrderConfirmed, att
 // claimOnce claims the events evs[todo], fills in out and returns those to
 // claim again.
 func (s *Service) claimOnce(ctx context.Context, evs []events.OrderConfirmed, attempts []*attempt, todo []int, out []claimed) ([]int, error) {
-	// Event ids and tokens as [16]byte: pgx encodes those in binary as they
-	// are (a uuid.UUID would go through its text form).
-	orders, ids := make([]int64, len(todo)), make([][16]byte, len(todo))
-	customers, amounts, tokens := make([]int64, len(todo)), make([]string, len(todo)), make([][16]byte, len(todo))
-	replays := make([]int32, len(todo))
+	claims := make([]NewClaim, len(todo))
 	for k, i := range todo {
 		ev := evs[i]
-		orders[k], ids[k], customers[k], amounts[k], tokens[k] = ev.OrderID, ev.EventID, ev.CustomerID, ev.TotalAmount.String(), attempts[i].id
-		replays[k] = int32(attempts[i].replay)
+		claims[k] = NewClaim{OrderID: ev.OrderID, EventID: ev.EventID, CustomerID: ev.CustomerID, Amount: ev.TotalAmount,
+			Attempt: attempts[i].id, ReplayCount: attempts[i].replay}
 	}
 	cctx, cancel := s.live(ctx)
 	defer cancel()
-	inFlight, decideAfter := s.sends.args()
-	rows, err := s.db.Query(cctx, claimSQL, orders, ids, customers, amounts, tokens, s.group, inFlight, decideAfter, s.sends.Host, replays)
+	answers, err := s.store.ClaimOrders(cctx, s.group, s.sends, claims)
 	if err != nil {
-		return todo, classifyDB(fmt.Errorf("claim %d orders: %w", len(todo), err))
+		// The statement's outcome may be unknown: it may have committed.
+		// Each event finds out on its retry, which sees its own pending
+		// claim.
+		return todo, err
 	}
-	answers, err := pgx.CollectRows(rows, scanClaimAnswer)
-	if err != nil {
-		// The statement's outcome is unknown: it may have committed. Each
-		// event finds out on its retry, which sees its own pending claim.
-		return todo, classifyDB(fmt.Errorf("claim %d orders: %w", len(todo), err))
-	}
-	byEvent := make(map[uuid.UUID]claimAnswer, len(answers))
+	byEvent := make(map[uuid.UUID]ClaimAnswer, len(answers))
 	for _, a := range answers {
-		byEvent[a.event] = a
+		byEvent[a.EventID] = a
 	}
 	var lost []int
 	for _, i := range todo {
 		switch a, ok := byEvent[evs[i].EventID]; {
 		case !ok:
 			lost = append(lost, i)
-		case a.decided:
-			out[i] = claimed{err: decidedBefore(a.reason, a.cause)}
+		case a.Decided:
+			out[i] = claimed{err: decidedBefore(a.Reason, a.Cause)}
 		default:
 			out[i] = s.claimWon(evs[i])
 		}
@@ -236,19 +224,15 @@ func (l ledgerRows) forEvent(ev events.OrderConfirmed) (Claim, bool) {
 
 // lookup reads the ledger rows that stopped the claims of evs[idx].
 func (s *Service) lookup(ctx context.Context, evs []events.OrderConfirmed, idx []int) (ledgerRows, error) {
-	orders, ids := make([]int64, len(idx)), make([][16]byte, len(idx))
+	orders, ids := make([]int64, len(idx)), make([]uuid.UUID, len(idx))
 	for k, i := range idx {
 		orders[k], ids[k] = evs[i].OrderID, evs[i].EventID
 	}
 	cctx, cancel := s.live(ctx)
 	defer cancel()
-	rows, err := s.db.Query(cctx, lookupSQL, orders, ids)
+	claims, err := s.store.LookupClaims(cctx, orders, ids)
 	if err != nil {
-		return ledgerRows{}, classifyDB(fmt.Errorf("read the ledger: %w", err))
-	}
-	claims, err := pgx.CollectRows(rows, scanClaim)
-	if err != nil {
-		return ledgerRows{}, classifyDB(fmt.Errorf("read the ledger: %w", err))
+		return ledgerRows{}, err
 	}
 	l := ledgerRows{byOrder: map[int64]Claim{}, byEvent: map[uuid.UUID]Claim{}, heldBy: map[uuid.UUID]uuid.UUID{}}
 	for _, c := range claims {
@@ -266,29 +250,6 @@ func (s *Service) lookup(ctx context.Context, evs []events.OrderConfirmed, idx [
 		}
 	}
 	return l, nil
-}
-
-// scanClaim scans claimColumns.
-func scanClaim(row pgx.CollectableRow) (Claim, error) {
-	var c Claim
-	var amount, status string
-	var token pgtype.UUID // NULL for claims made before claim_token existed
-	var age int64
-	var parked bool
-	if err := row.Scan(&c.OrderID, (*[16]byte)(&c.EventID), &c.CustomerID, &amount, &status, &c.ClaimedAt, &token, &age, &parked); err != nil {
-		return Claim{}, err
-	}
-	c.Age = time.Duration(age) * time.Microsecond
-	c.Status = claimStateOf(status, parked)
-	if token.Valid {
-		c.Attempt = token.Bytes
-	}
-	a, err := money.ParseAmount(amount)
-	if err != nil {
-		return Claim{}, fmt.Errorf("ledger amount of order %d: %w", c.OrderID, err)
-	}
-	c.Amount = a
-	return c, nil
 }
 
 // idSet is the set of ids, for the statements that answer the event ids
@@ -312,13 +273,13 @@ func byOrder(evs []events.OrderConfirmed, idx []int) []int {
 
 // release deletes the claims of evs, each created by the attempt whose
 // claim_token is tokens[k], as far as the release rule still allows on the
-// row (releaseSQL), and returns the event ids released. It is best effort:
+// row (Store.ReleaseClaims), and returns the event ids released. It is best effort:
 // when it fails, the claims stay pending, which is always safe.
-func (s *Service) release(ctx context.Context, evs []events.OrderConfirmed, tokens [][16]byte) map[uuid.UUID]bool {
+func (s *Service) release(ctx context.Context, evs []events.OrderConfirmed, tokens []uuid.UUID) map[uuid.UUID]bool {
 	if len(evs) == 0 {
 		return nil
 	}
-	orders, ids, toks := make([]int64, len(evs)), make([][16]byte, len(evs)), make([][16]byte, len(evs))
+	orders, ids, toks := make([]int64, len(evs)), make([]uuid.UUID, len(evs)), make([]uuid.UUID, len(evs))
 	all := make([]int, len(evs))
 	for i := range all {
 		all[i] = i
@@ -328,11 +289,7 @@ func (s *Service) release(ctx context.Context, evs []events.OrderConfirmed, toke
 	}
 	wctx, cancel := s.detached(ctx)
 	defer cancel()
-	rows, err := s.db.Query(wctx, releaseSQL, orders, ids, toks)
-	var released []uuid.UUID
-	if err == nil {
-		released, err = dedup.CollectUUIDs(rows)
-	}
+	released, err := s.store.ReleaseClaims(wctx, orders, ids, toks)
 	if err != nil {
 		s.logger.WarnContext(ctx, "claims left pending: releasing them failed", "orders", orders, "err", err)
 		return nil
@@ -346,7 +303,7 @@ func (s *Service) release(ctx context.Context, evs []events.OrderConfirmed, toke
 func (s *Service) block(ctx context.Context, evs []events.OrderConfirmed, why string) {
 	for _, ev := range evs {
 		wctx, cancel := s.detached(ctx)
-		_, err := s.db.Exec(wctx, blockSQL, []int64{ev.OrderID}, [][16]byte{ev.EventID}, why)
+		_, err := s.store.BlockClaims(wctx, []int64{ev.OrderID}, []uuid.UUID{ev.EventID}, why)
 		cancel()
 		if err != nil {
 			s.logger.WarnContext(ctx, "claim left pending: blocking it failed", "order_id", ev.OrderID, "err", err)

@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -22,7 +23,7 @@ import (
 // The deferred event's lifecycle is deferred_lifecycle.go's.
 
 // ClaimState is the state of an order's claim in the charge ledger. It is
-// derived from the row by claimStateOf — charge.status, and parked_at for
+// derived from the row by ClaimStateOf — charge.status, and parked_at for
 // a parked claim — or ClaimReleased when the order has no row. Only the
 // values pending, blocked and charged are ever written to the column: the
 // previous release reads it and must never see another (parked is a
@@ -67,9 +68,9 @@ const (
 	ClaimReleased ClaimState = "released"
 )
 
-// claimStateOf is the state of a row read with the given status column
+// ClaimStateOf is the state of a row read with the given status column
 // and whether its parked_at is set: the one place a scan derives it.
-func claimStateOf(status string, parked bool) ClaimState {
+func ClaimStateOf(status string, parked bool) ClaimState {
 	if status == string(ClaimPending) && parked {
 		return ClaimParked
 	}
@@ -142,6 +143,15 @@ const (
 	// event's; the state is then the order's row (ClaimReleased for none).
 	ActorStray
 )
+
+// definiteRefusal reports whether a charge error proves that the provider
+// did not take the money: the Charger's error says so with a NotTaken
+// method (*payment.Error: a refusal of the charge, of our credentials, or
+// a request never sent).
+func definiteRefusal(err error) bool {
+	var nt interface{ NotTaken() bool }
+	return errors.As(err, &nt) && nt.NotTaken()
+}
 
 // actorOf is the charge path's sender in the claim's lifecycle: the
 // attempt that created the claim, or another attempt of its event.

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
@@ -39,7 +39,7 @@ const confGroup = "conformance"
 
 // confDB is a transaction or the pool.
 type confDB interface {
-	DB
+	TestDB
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
@@ -111,7 +111,7 @@ func confHasDecision(w world) bool {
 }
 
 // confReasons are the dead_letter reasons of the model's decisions.
-var confReasons = map[uint8]string{dlqConflict: "conflict", dlqPermanent: "permanent", dlqExhausted: "exhausted", decisionSpent: replayedReason}
+var confReasons = map[uint8]string{dlqConflict: "conflict", dlqPermanent: "permanent", dlqExhausted: "exhausted", decisionSpent: ReplayedReason}
 
 // confRecord is event i's record: the one its deferred row holds, or a
 // fresh one (another offset: a replayed dead letter).
@@ -333,9 +333,9 @@ func confCases() []confCase {
 				}
 				return ok, w, ""
 			},
-			run: func(ctx context.Context, _ *Service, tx pgx.Tx, _ world) (bool, string, error) {
-				tag, err := tx.Exec(ctx, blockSQL, []int64{1}, [][16]byte{modelID(i)}, "conformance")
-				return tag.RowsAffected() == 1, "", err
+			run: func(ctx context.Context, s *Service, _ pgx.Tx, _ world) (bool, string, error) {
+				n, err := s.store.BlockClaims(ctx, []int64{1}, []uuid.UUID{modelID(i)}, "conformance")
+				return n == 1, "", err
 			}})
 		cs = append(cs, confCase{name: "recordSQL: " + name,
 			model: func(_ modelRules, w world) (bool, world, string) {
@@ -345,8 +345,8 @@ func confCases() []confCase {
 				}
 				return ok, w, ""
 			},
-			run: func(ctx context.Context, _ *Service, tx pgx.Tx, _ world) (bool, string, error) {
-				return confReturnsOne(tx.Query(ctx, recordSQL, []int64{1}, [][16]byte{modelID(i)}, []string{"ch_conformance"}, time.Now()))
+			run: func(ctx context.Context, s *Service, _ pgx.Tx, _ world) (bool, string, error) {
+				return confMarkCharged(ctx, s, modelID(i))
 			}})
 		for _, sender := range []string{SenderCreator, SenderRedelivery, SenderCompleter} {
 			cs = append(cs, confCase{name: "markSentSQL: " + name + " by the " + sender,
@@ -358,7 +358,7 @@ func confCases() []confCase {
 					return ok, w, ""
 				},
 				run: func(ctx context.Context, s *Service, tx pgx.Tx, _ world) (bool, string, error) {
-					sent, err := markSent(ctx, tx, s.dbTimeout, s.sends, []int64{1}, [][16]byte{modelID(i)}, []string{sender})
+					sent, err := markSent(ctx, s.store, s.dbTimeout, s.sends, []int64{1}, []uuid.UUID{modelID(i)}, []string{sender})
 					return sent[modelID(i)], "", err
 				}})
 		}
@@ -371,14 +371,15 @@ func confCases() []confCase {
 					}
 					return ok, w, ""
 				},
-				run: func(ctx context.Context, _ *Service, tx pgx.Tx, _ world) (bool, string, error) {
-					return confReturnsOne(tx.Query(ctx, releaseSQL, []int64{1}, [][16]byte{modelID(i)}, [][16]byte{modelToken(i, by)}))
+				run: func(ctx context.Context, s *Service, _ pgx.Tx, _ world) (bool, string, error) {
+					released, err := s.store.ReleaseClaims(ctx, []int64{1}, []uuid.UUID{modelID(i)}, []uuid.UUID{modelToken(i, by)})
+					return len(released) == 1, "", err
 				}})
 		}
 		cs = append(cs, confCase{name: "claimSQL: " + name,
 			model: func(r modelRules, w world) (bool, world, string) { return confClaimModel(r, w, i) },
-			run: func(ctx context.Context, s *Service, tx pgx.Tx, w world) (bool, string, error) {
-				return confClaim(ctx, s, tx, w, i)
+			run: func(ctx context.Context, s *Service, _ pgx.Tx, w world) (bool, string, error) {
+				return confClaim(ctx, s, w, i)
 			},
 			body: true, decisions: true})
 		cs = append(cs, confCase{name: "recordDeadLetterSQL: " + name + ", exhausted",
@@ -399,13 +400,19 @@ func confCases() []confCase {
 	return cs
 }
 
-// confReturnsOne answers whether a statement returned exactly one row.
-func confReturnsOne(rows pgx.Rows, err error) (bool, string, error) {
+// confMarkCharged marks the claim of event id charged (Tx.MarkCharged, in
+// a transaction nested in the case's) and answers whether it marked one.
+func confMarkCharged(ctx context.Context, s *Service, id uuid.UUID) (bool, string, error) {
+	tx, err := s.store.Begin(ctx)
 	if err != nil {
 		return false, "", err
 	}
-	ids, err := dedup.CollectUUIDs(rows)
-	return len(ids) == 1, "", err
+	defer tx.Rollback(ctx)
+	marked, err := tx.MarkCharged(ctx, []int64{1}, []uuid.UUID{id}, []string{"ch_conformance"}, time.Now())
+	if err != nil {
+		return false, "", err
+	}
+	return len(marked) == 1, "", tx.Commit(ctx)
 }
 
 // confTakeModel: the deciding loop may take the deferred rows mayTake
@@ -455,23 +462,18 @@ func confClaimModel(r modelRules, w world, i int8) (bool, world, string) {
 	return false, w, confDecision(r.decide(row, true, w.modelEvent(i), modelBlockAfter))
 }
 
-// confClaim runs claimSQL for event i's consumer attempt and, when it
-// claims nothing, the lookup that follows it (lookupSQL, heldSQL) and
-// decide over the row the database gave.
-func confClaim(ctx context.Context, s *Service, tx pgx.Tx, w world, i int8) (bool, string, error) {
+// confClaim runs claimSQL (Store.ClaimOrders) for event i's consumer
+// attempt and, when it claims nothing, the lookup that follows it
+// (lookupSQL, heldSQL) and decide over the row the database gave.
+func confClaim(ctx context.Context, s *Service, w world, i int8) (bool, string, error) {
 	ev := w.modelEvent(i)
-	inFlight, decideAfter := s.sends.args()
-	rows, err := tx.Query(ctx, claimSQL, []int64{ev.OrderID}, [][16]byte{ev.EventID}, []int64{ev.CustomerID},
-		[]string{ev.TotalAmount.String()}, [][16]byte{modelToken(i, byConsumer)}, s.group, inFlight, decideAfter, s.sends.Host, []int32{int32(w.ev[i].replays)})
+	answers, err := s.store.ClaimOrders(ctx, s.group, s.sends, []NewClaim{{OrderID: ev.OrderID, EventID: ev.EventID,
+		CustomerID: ev.CustomerID, Amount: ev.TotalAmount, Attempt: modelToken(i, byConsumer), ReplayCount: int(w.ev[i].replays)}})
 	if err != nil {
 		return false, "", err
 	}
-	answers, err := pgx.CollectRows(rows, scanClaimAnswer)
-	if err != nil {
-		return false, "", err
-	}
-	if len(answers) == 1 && answers[0].decided {
-		return false, "dead-lettered before: " + answers[0].reason, nil
+	if len(answers) == 1 && answers[0].Decided {
+		return false, "dead-lettered before: " + answers[0].Reason, nil
 	}
 	if won := len(answers) == 1; won {
 		return true, "", nil
@@ -531,6 +533,7 @@ func (m confMismatches) compare(name string, w world, got bool, detail string, a
 // ApplyOperator.
 func TestStatementsConformToTheModel(t *testing.T) {
 	pool := pgtest.NewPool(t)
+	storeOn(t, pool) // the adapter is there
 	ctx := context.Background()
 	r := productionRules()
 	worlds := confWorlds()
@@ -603,7 +606,7 @@ func TestStatementsConformToTheModel(t *testing.T) {
 
 // confSvc is a Service whose statements run in tx.
 func confSvc(tx pgx.Tx) *Service {
-	return &Service{db: tx, group: confGroup, now: time.Now, logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	return &Service{store: StoreOn(tx), group: confGroup, now: time.Now, logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		dbTimeout: 10 * time.Second, claimBlockAfter: modelBlockAfter, sends: SendConfig{Host: "conformance"}.withDefaults()}
 }
 
@@ -671,7 +674,7 @@ func confOperate(ctx context.Context, pool *pgxpool.Pool, w world, act OperatorA
 	if err := confReset(ctx, pool, w, decideAfter); err != nil {
 		return false, w, err
 	}
-	_, err := ApplyOperator(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil)), confOperatorRequest(act))
+	_, err := ApplyOperator(ctx, StoreOn(pool), slog.New(slog.NewTextHandler(io.Discard, nil)), confOperatorRequest(act))
 	if err != nil && !errors.Is(err, ErrUnsafe) && !errors.Is(err, ErrNoClaim) {
 		return false, w, err
 	}

@@ -134,10 +134,10 @@ func mstatusOf(s ClaimState) mstatus {
 	return mPending
 }
 
-// state is c's state as production derives it (claimStateOf): parked
+// state is c's state as production derives it (ClaimStateOf): parked
 // for a pending claim that is parked.
 func (c claimM) state() ClaimState {
-	return claimStateOf(string(c.status.claim()), c.parked)
+	return ClaimStateOf(string(c.status.claim()), c.parked)
 }
 
 // claimM is the order's row in the charge ledger.
@@ -187,7 +187,7 @@ const (
 	dlqExhausted
 )
 
-// decisionSpent is a dead_letter row whose reason is replayedReason: a
+// decisionSpent is a dead_letter row whose reason is ReplayedReason: a
 // record replayed decidedAt times was claimed since the decision.
 const decisionSpent uint8 = 1 << 7
 

@@ -137,7 +137,7 @@ func noDecision(world, int8, int8) uint8 { return 0 }
 func keepsAll(*world, int8, int8) {}
 
 // spendsOlder is claimSQL's rp: a replayed record leaves the row at its
-// count without a decision (replayedReason) when it held none or one of a
+// count without a decision (ReplayedReason) when it held none or one of a
 // lower count.
 func spendsOlder(w *world, i, count int8) {
 	if e := &w.ev[i]; count > 0 && (e.decision == 0 || e.decidedAt < count) {

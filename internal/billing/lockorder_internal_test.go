@@ -36,7 +36,7 @@ VALUES ($1, $2, 42, 10, now(), now(), 'pending', gen_random_uuid())`, r.o, [16]b
 			t.Fatal(err)
 		}
 	}
-	svc := &Service{db: pool, group: "g", now: time.Now, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), dbTimeout: 10 * time.Second}
+	svc := &Service{store: storeOn(t, pool), group: "g", now: time.Now, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), dbTimeout: 10 * time.Second}
 	blocker, err := pool.Begin(ctx) // any short lock on order 1, to fix the order
 	if err != nil {
 		t.Fatal(err)
@@ -44,20 +44,14 @@ VALUES ($1, $2, 42, 10, now(), now(), 'pending', gen_random_uuid())`, r.o, [16]b
 	if _, err := blocker.Exec(ctx, "SELECT 1 FROM charge WHERE order_id = 1 FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
-	creatorTx, err := pool.Begin(ctx)
+	creatorTx, err := svc.store.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer creatorTx.Rollback(ctx)
 	recordErr := make(chan error, 1)
 	go func() {
-		rows, err := creatorTx.Query(ctx, recordSQL, []int64{1, 2}, [][16]byte{x, y}, []string{"ch_x", "ch_y"}, time.Now())
-		if err == nil {
-			for rows.Next() {
-			}
-			rows.Close()
-			err = rows.Err()
-		}
+		_, err := creatorTx.MarkCharged(ctx, []int64{1, 2}, []uuid.UUID{x, y}, []string{"ch_x", "ch_y"}, time.Now())
 		recordErr <- err
 	}()
 	waitLocked(t, pool, "UPDATE charge AS c SET provider_charge_id%")

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // This file holds the operator's decisions on one ledger claim (`billing-
@@ -91,41 +89,65 @@ type AuditEntry struct {
 	Before, After string
 }
 
-const (
-	operatorColumns = `order_id, event_id, customer_id, amount::text, status, coalesce(provider_charge_id, ''),
-charged_at, claimed_at, settle_attempts, coalesce(last_error, ''), claim_token,
-in_flight_until, decide_after, coalesce(claimed_by, ''), parked_at IS NOT NULL`
-	releaseClaimSQL = `DELETE FROM charge c WHERE order_id = $1 AND event_id = $2 AND status = 'blocked'`
-	markChargedSQL  = `UPDATE charge c SET status = 'charged', provider_charge_id = $3, charged_at = now(), last_error = NULL
-WHERE order_id = $1 AND event_id = $2 AND status = $4 RETURNING to_jsonb(c)`
-	straysSQL = `SELECT count(*) FROM stray_charge WHERE order_id = $1`
-	auditSQL  = `INSERT INTO claim_audit (order_id, action, operator, host, reason, before, after)
-VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb) RETURNING at`
-)
+// OperatorStore is what the operator's commands need of the database.
+// Its errors carry no fault.Kind: an operator reads them.
+type OperatorStore interface {
+	// ReadClaim returns the order's claim; found is false when the order
+	// has no ledger row.
+	ReadClaim(ctx context.Context, order int64) (cl OperatorClaim, found bool, err error)
+	// AuditTrail returns the order's claim_audit entries, oldest first.
+	AuditTrail(ctx context.Context, order int64) ([]AuditEntry, error)
+	// RecordedSends returns the sends recorded for the order's claims
+	// (claim_send, not the creator's first send, which the claim holds),
+	// in the order they were recorded.
+	RecordedSends(ctx context.Context, order int64) ([]Send, error)
+	// DeferredOn returns the events deferred on the order, in every
+	// consumer group, in the order they will be decided.
+	DeferredOn(ctx context.Context, order int64) ([]DeferredBehind, error)
+	// StrayCharges returns the order's stray charges, oldest first, each
+	// with the claim as its 2xx found it (Moved not set).
+	StrayCharges(ctx context.Context, order int64) ([]StrayCharge, error)
+	// InOperatorTx runs fn in one transaction, committed when fn returns
+	// nil and rolled back otherwise; it returns fn's error as it is.
+	InOperatorTx(ctx context.Context, fn func(OperatorTx) error) error
+}
+
+// OperatorTx is an operator's move in its transaction.
+type OperatorTx interface {
+	// LockClaim reads the order's claim FOR UPDATE, with its row as JSON
+	// (the audit's before); found is false when the order has no row.
+	LockClaim(ctx context.Context, order int64) (cl OperatorClaim, rowJSON string, found bool, err error)
+	// CountStrays counts the stray charges recorded for the order.
+	CountStrays(ctx context.Context, order int64) (int, error)
+	// OldReplicas reads the database's clock and the replicas of a binary
+	// below level that heartbeat recently enough, past bound, that a
+	// request of theirs may still be in flight (see InFlightFacts).
+	OldReplicas(ctx context.Context, below int, bound time.Duration) (OldReplicas, error)
+	// ReleaseBlocked deletes the order's claim if it is event's and
+	// blocked, and returns the rows deleted.
+	ReleaseBlocked(ctx context.Context, order int64, event uuid.UUID) (int64, error)
+	// MarkChargedAs marks the order's claim charged with chargeID if it is
+	// event's and its status column is still status, and returns the row
+	// after as JSON.
+	MarkChargedAs(ctx context.Context, order int64, event uuid.UUID, chargeID, status string) (rowJSON string, err error)
+	// Audit appends a claim_audit row: before and after the charge row as
+	// JSON (after nil for a release).
+	Audit(ctx context.Context, order int64, action OperatorAction, operator, host, reason, before string, after *string) error
+}
 
 // ShowClaim returns the claim of order and its audit trail, oldest first.
 // It returns ErrNoClaim (with the trail, which outlives a released claim)
 // when the order has no ledger row. It changes nothing.
-func ShowClaim(ctx context.Context, pool *pgxpool.Pool, order int64) (*OperatorClaim, []AuditEntry, error) {
+func ShowClaim(ctx context.Context, db OperatorStore, order int64) (*OperatorClaim, []AuditEntry, error) {
 	var cl *OperatorClaim
-	row, err := scanOperatorClaim(pool.QueryRow(ctx, `SELECT `+operatorColumns+` FROM charge WHERE order_id = $1`, order))
+	row, found, err := db.ReadClaim(ctx, order)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
 		return nil, nil, fmt.Errorf("read claim of order %d: %w", order, err)
-	default:
+	case found:
 		cl = &row
 	}
-	rows, err := pool.Query(ctx, `SELECT at, action, operator, host, reason, before::text, coalesce(after::text, '')
-FROM claim_audit WHERE order_id = $1 ORDER BY at, id`, order)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read audit of order %d: %w", order, err)
-	}
-	trail, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
-		var a AuditEntry
-		err := r.Scan(&a.At, &a.Action, &a.Operator, &a.Host, &a.Reason, &a.Before, &a.After)
-		return a, err
-	})
+	trail, err := db.AuditTrail(ctx, order)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read audit of order %d: %w", order, err)
 	}
@@ -146,25 +168,25 @@ FROM claim_audit WHERE order_id = $1 ORDER BY at, id`, order)
 // ErrUnsafe refusal (an *InFlightError, saying from when the move is
 // allowed, among them), or a database error; in every case nothing was
 // changed.
-func ApplyOperator(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, req OperatorRequest) (OperatorClaim, error) {
+func ApplyOperator(ctx context.Context, db OperatorStore, logger *slog.Logger, req OperatorRequest) (OperatorClaim, error) {
 	if strings.TrimSpace(req.Reason) == "" || strings.TrimSpace(req.Operator) == "" {
 		return OperatorClaim{}, fmt.Errorf("%w: an operator and a reason are required", ErrUnsafe)
 	}
 	var before OperatorClaim
 	var next ClaimState
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := db.InOperatorTx(ctx, func(tx OperatorTx) error {
 		var beforeJSON string
+		var found bool
 		var err error
-		before, err = scanOperatorClaim(tx.QueryRow(ctx,
-			`SELECT `+operatorColumns+`, to_jsonb(c)::text FROM charge c WHERE order_id = $1 FOR UPDATE`, req.OrderID), &beforeJSON)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNoClaim
-		}
+		before, beforeJSON, found, err = tx.LockClaim(ctx, req.OrderID)
 		if err != nil {
 			return fmt.Errorf("read claim: %w", err)
 		}
+		if !found {
+			return ErrNoClaim
+		}
 		move := OperatorMove{Action: req.Action, ProviderHoldsNoCharge: req.ProviderHoldsNoCharge, ChargeID: req.ChargeID}
-		if err := tx.QueryRow(ctx, straysSQL, req.OrderID).Scan(&move.StrayCharges); err != nil {
+		if move.StrayCharges, err = tx.CountStrays(ctx, req.OrderID); err != nil {
 			return fmt.Errorf("read stray charges: %w", err)
 		}
 		if move.Window, err = readInFlight(ctx, tx, before); err != nil {
@@ -186,22 +208,23 @@ func ApplyOperator(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger,
 }
 
 // operate carries out the effects of an operator's move on before, in tx.
-func operate(ctx context.Context, tx pgx.Tx, req OperatorRequest, before OperatorClaim, beforeJSON string, effects []Effect) error {
+func operate(ctx context.Context, tx OperatorTx, req OperatorRequest, before OperatorClaim, beforeJSON string, effects []Effect) error {
 	var afterJSON *string
 	for _, e := range effects {
 		switch e {
 		case EffectRelease:
-			tag, err := tx.Exec(ctx, releaseClaimSQL, req.OrderID, before.EventID)
-			if err != nil || tag.RowsAffected() != 1 {
-				return fmt.Errorf("release claim (rows %d): %w", tag.RowsAffected(), err)
+			rows, err := tx.ReleaseBlocked(ctx, req.OrderID, before.EventID)
+			if err != nil || rows != 1 {
+				return fmt.Errorf("release claim (rows %d): %w", rows, err)
 			}
 		case EffectMarkCharged:
-			afterJSON = new(string)
-			if err := tx.QueryRow(ctx, markChargedSQL, req.OrderID, before.EventID, strings.TrimSpace(req.ChargeID), before.Status).Scan(afterJSON); err != nil {
+			after, err := tx.MarkChargedAs(ctx, req.OrderID, before.EventID, strings.TrimSpace(req.ChargeID), before.Status)
+			if err != nil {
 				return fmt.Errorf("mark claim charged: %w", err)
 			}
+			afterJSON = &after
 		case EffectAudit:
-			if _, err := tx.Exec(ctx, auditSQL, req.OrderID, string(req.Action), req.Operator, req.Host, req.Reason, beforeJSON, afterJSON); err != nil {
+			if err := tx.Audit(ctx, req.OrderID, req.Action, req.Operator, req.Host, req.Reason, beforeJSON, afterJSON); err != nil {
 				return fmt.Errorf("write claim_audit: %w", err)
 			}
 		default:
@@ -209,28 +232,4 @@ func operate(ctx context.Context, tx pgx.Tx, req OperatorRequest, before Operato
 		}
 	}
 	return nil
-}
-
-// scanOperatorClaim scans operatorColumns, then extra.
-func scanOperatorClaim(row pgx.Row, extra ...any) (OperatorClaim, error) {
-	var c OperatorClaim
-	var token *uuid.UUID
-	var inFlight, decideAfter *time.Time
-	var parked bool
-	dest := append([]any{&c.OrderID, &c.EventID, &c.CustomerID, &c.Amount, &c.Status, &c.ProviderChargeID,
-		&c.ChargedAt, &c.ClaimedAt, &c.SettleAttempts, &c.LastError, &token, &inFlight, &decideAfter, &c.ClaimedBy, &parked}, extra...)
-	if err := row.Scan(dest...); err != nil {
-		return OperatorClaim{}, err
-	}
-	c.State = claimStateOf(c.Status, parked)
-	if token != nil {
-		c.ClaimToken = *token
-	}
-	if inFlight != nil {
-		c.InFlightUntil = *inFlight
-	}
-	if decideAfter != nil {
-		c.DecideAfter = *decideAfter
-	}
-	return c, nil
 }

@@ -2,11 +2,8 @@ package billing
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/billing-consumer/billing-consumer/internal/events"
 )
@@ -40,30 +37,6 @@ import (
 // firstParkedSend is how soon after parking the completer first re-sends.
 const firstParkedSend = time.Second
 
-// parkSQL parks a pending claim of the event given, with its body. The
-// parking attempt need not be the claim's creator, and from now on the
-// completer sends the claim's request: so it also records others_sent_at,
-// and no creator still running elsewhere (the old owner of a rebalanced
-// partition) can release a parked claim. The times are the database's.
-//
-// It stores the record ($6 the consumer group, $7... the record as
-// deferSQL takes it) only with the park, so that a committed parked record
-// always has its row; a record parked before (a redelivery parked again)
-// keeps its row, and so does an event whose record has a row already,
-// wherever it was read (one row a record, as deferSQL keeps). It answers the number of claims parked, 0
-// or 1.
-const parkSQL = `WITH p AS (
-  UPDATE charge SET parked_at = coalesce(parked_at, now()), next_send_at = now() + $5 * interval '1 millisecond',
-  others_sent_at = coalesce(others_sent_at, now())
-  WHERE order_id = $1 AND event_id = $2 AND customer_id = $3 AND amount = $4::numeric AND status = 'pending' RETURNING event_id),
-ins AS (
-  INSERT INTO deferred_event (consumer_group, event_id, order_id, waits_for, topic, kafka_partition, kafka_offset,
-    record_key, record_value, header_keys, header_values, record_time, header_key_bytes)
-  SELECT $6, p.event_id, $1, p.event_id, $7, $8, $9, $10, $11, $12, $13, $14, $15 FROM p
-  WHERE NOT EXISTS (SELECT 1 FROM deferred_event e WHERE e.consumer_group = $6 AND e.event_id = p.event_id AND e.record_value = $11)
-  ON CONFLICT (consumer_group, topic, kafka_partition, kafka_offset, event_id) DO NOTHING)
-SELECT count(*) FROM p`
-
 // Park hands ev's pending claim to the completer and keeps rec, ev's
 // record as consumed, for the decision the completer cannot make. It
 // returns true when ev had a pending claim with its body, now parked and
@@ -82,34 +55,10 @@ func (s *Service) Park(ctx context.Context, ev events.OrderConfirmed, rec Record
 	if _, effects, _ := ClaimPending.Next(ClaimInput{Actor: ActorEvent, Park: true}); !slices.Contains(effects, EffectPark) {
 		return false, nil
 	}
-	texts, keys, values := rec.headerColumns()
 	pctx, cancel := s.live(ctx)
 	defer cancel()
-	rows, err := s.db.Query(pctx, parkSQL, ev.OrderID, [16]byte(ev.EventID), ev.CustomerID, ev.TotalAmount.String(), firstParkedSend.Milliseconds(),
-		s.group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, texts, values, rec.timeColumn(), keys)
-	var parked int64
-	if err == nil {
-		parked, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
-	}
-	if err != nil {
-		return false, classifyDB(fmt.Errorf("park the claim of order %d: %w", ev.OrderID, err))
-	}
-	return parked == 1, nil
+	return s.store.Park(pctx, s.group, ev, rec, firstParkedSend)
 }
-
-// The completer's statements for parked claims.
-const (
-	// parkedDueSQL selects the parked claims whose next re-send is due.
-	parkedDueSQL = `SELECT ` + claimColumns + ` FROM charge
-WHERE status = 'pending' AND parked_at IS NOT NULL AND next_send_at <= now() ORDER BY next_send_at LIMIT $1`
-	// stillUnknownSQL records a re-send whose outcome stayed unknown; a
-	// parked claim's next re-send backs off exponentially from a second,
-	// capped at $4 milliseconds.
-	stillUnknownSQL = `UPDATE charge SET settle_attempts = settle_attempts + 1, last_error = $3,
-next_send_at = CASE WHEN parked_at IS NULL THEN NULL
-  ELSE now() + least(interval '1 second' * power(2, least(settle_attempts, 16)), $4 * interval '1 millisecond') END
-WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
-)
 
 // parkedBackoff is the cap of a parked claim's re-send backoff.
 func (c *Completer) parkedBackoff() time.Duration {

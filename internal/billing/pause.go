@@ -8,7 +8,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 )
 
-// An operator's pause (SPEC §11 I4, internal/pause) stops every sender
+// An operator's pause (SPEC §11 I4, internal/postgres/pause) stops every sender
 // before its next request; a request already in flight finishes. Billing's
 // senders consult it where their requests leave, so that nothing queued
 // or gathered before the pause sends after it:

@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 )
@@ -98,14 +97,14 @@ func (s *Service) processOnce(ctx context.Context, batch []events.OrderConfirmed
 	}
 	charged, err := s.chargeAll(ctx, toCharge, created, recorded, deadline, chargeAtts, true, pool)
 	switch {
-	case errors.Is(err, dedup.ErrNoPartition):
+	case errors.Is(err, ErrNoPartition):
 		var wg sync.WaitGroup
 		for k, ev := range toCharge {
 			wg.Add(1)
 			pool.run(func() {
 				defer wg.Done()
 				res, err := s.charge(ctx, ev, created[k], chargeAtts[k], true)
-				if errors.Is(err, dedup.ErrNoPartition) {
+				if errors.Is(err, ErrNoPartition) {
 					s.logger.WarnContext(ctx, "event outside dedup partitions, ledger decides", "event_id", ev.EventID, "order_id", ev.OrderID)
 					res, err = s.charge(ctx, ev, created[k], chargeAtts[k], false)
 					res.DedupBypassed = true

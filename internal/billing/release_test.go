@@ -15,6 +15,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 )
 
@@ -329,7 +330,7 @@ func TestCompleterSendsWhileTheCreatorReleasesTheClaim(t *testing.T) {
 		var firstErr error
 		finished := false
 		e.age(t, 2*time.Minute) // the claim looks old: a stalled creator
-		c := &billing.Completer{Pool: e.pool, After: time.Minute, BlockAfter: time.Hour, Logger: discard(),
+		c := &billing.Completer{Sessions: postgres.NewSessions(e.pool), After: time.Minute, BlockAfter: time.Hour, Logger: discard(),
 			Now: func() time.Time { return now },
 			Charger: chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
 				if isCompanion(ch.IdempotencyKey) {

@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/billing-consumer/billing-consumer/internal/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 )
@@ -55,12 +53,6 @@ func (c SendConfig) withDefaults() SendConfig {
 // the record, so that the database's now() + D it writes is never earlier.
 func (c SendConfig) deadline() time.Time { return time.Now().Add(c.Deadline) }
 
-// args are the parameters of the statements that record a send: D and
-// D + the provider's bound, in milliseconds.
-func (c SendConfig) args() (inFlight, decideAfter int64) {
-	return c.Deadline.Milliseconds(), (c.Deadline + c.ProviderMaxProcessing).Milliseconds()
-}
-
 // The senders, as claim_send.sender names them.
 const (
 	SenderCreator    = "creator"    // a retry of the attempt that made the claim
@@ -85,42 +77,19 @@ func (s *Service) claimWon(ev events.OrderConfirmed) claimed {
 	return claimed{charge: true, created: true, recorded: slices.Contains(effects, EffectRecordSend)}
 }
 
-// markSentSQL records the sends of the pending claims of the pairs given
-// ($3: each one's sender) and returns those it recorded: only those may be
-// sent. A sender other than the creator also sets others_sent_at, after
-// which the creator can no longer release the claim (releaseSQL).
-const markSentSQL = `WITH sent AS (
-UPDATE charge c SET others_sent_at = CASE WHEN v.who = 'creator' THEN c.others_sent_at ELSE coalesce(c.others_sent_at, now()) END,
-in_flight_until = greatest(c.in_flight_until, now() + $4 * interval '1 millisecond'),
-decide_after = greatest(c.decide_after, now() + $5 * interval '1 millisecond')
-FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS v(o, e, who)
-WHERE c.order_id = v.o AND c.event_id = v.e AND c.status = 'pending' RETURNING c.order_id, c.event_id, v.who),
-logged AS (INSERT INTO claim_send (order_id, event_id, sender, host, in_flight_until)
-SELECT order_id, event_id, who, $6, now() + $4 * interval '1 millisecond' FROM sent)
-SELECT event_id FROM sent`
-
-// querier is what markSent needs: a pool, or one of its connections.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // markSent records durably, in a statement committed on its own before
 // any request leaves the process, that senders[k] sends the request of the
-// claim (orders[k], ids[k]), with cfg's deadline and bound, and returns the
-// event ids whose claims are still pending: only those may be sent. The
-// caller fixed its deadline (cfg.deadline) before calling. Its error means
-// that nothing may be sent. The charge path and the completer share it.
-func markSent(ctx context.Context, db querier, timeout time.Duration, cfg SendConfig, orders []int64, ids [][16]byte, senders []string) (map[uuid.UUID]bool, error) {
+// claim (orders[k], ids[k]), with cfg's deadline and bound
+// (Ledger.RecordSends), and returns the event ids whose claims are still
+// pending: only those may be sent. The caller fixed its deadline
+// (cfg.deadline) before calling. Its error means that nothing may be
+// sent. The charge path and the completer share it.
+func markSent(ctx context.Context, db Ledger, timeout time.Duration, cfg SendConfig, orders []int64, ids []uuid.UUID, senders []string) (map[uuid.UUID]bool, error) {
 	mctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	inFlight, decideAfter := cfg.args()
-	rows, err := db.Query(mctx, markSentSQL, orders, ids, senders, inFlight, decideAfter, cfg.Host)
+	marked, err := db.RecordSends(mctx, cfg, orders, ids, senders)
 	if err != nil {
-		return nil, classifyDB(fmt.Errorf("record the send of %d claims: %w", len(orders), err))
-	}
-	marked, err := dedup.CollectUUIDs(rows)
-	if err != nil {
-		return nil, classifyDB(fmt.Errorf("record the send of %d claims: %w", len(orders), err))
+		return nil, err
 	}
 	return idSet(marked), nil
 }
@@ -150,14 +119,14 @@ func (s *Service) recordSends(ctx context.Context, evs []events.OrderConfirmed, 
 		}
 		return all, nil
 	}
-	orders, ids, senders := make([]int64, len(others)), make([][16]byte, len(others)), make([]string, len(others))
+	orders, ids, senders := make([]int64, len(others)), make([]uuid.UUID, len(others)), make([]string, len(others))
 	for k, i := range byOrder(evs, others) {
 		orders[k], ids[k], senders[k] = evs[i].OrderID, evs[i].EventID, SenderRedelivery
 		if created[i] {
 			senders[k] = SenderCreator
 		}
 	}
-	pending, err := markSent(ctx, s.db, s.dbTimeout, s.sends, orders, ids, senders)
+	pending, err := markSent(ctx, s.store, s.dbTimeout, s.sends, orders, ids, senders)
 	if err != nil {
 		return nil, err
 	}

@@ -8,9 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/google/uuid"
 
 	"github.com/billing-consumer/billing-consumer/internal/fault"
 )
@@ -21,7 +19,7 @@ import (
 // settleStale settles the pending claims older than the pass's age. It
 // stops with ErrPaused at the first claim it finds paused (Paused): the
 // claims settled before are returned.
-func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt PassOptions) ([]Settled, error) {
+func (c *Completer) settleStale(ctx context.Context, sess Session, opt PassOptions) ([]Settled, error) {
 	age := c.After
 	if opt.OlderThan > 0 {
 		age = opt.OlderThan
@@ -31,14 +29,12 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 		limit = 100
 	}
 	qctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
-	sql, args := staleClaimsSQL, []any{age.Milliseconds(), limit}
-	if opt.ParkedOnly {
-		sql, args = parkedDueSQL, []any{limit}
-	}
-	rows, err := conn.Query(qctx, sql, args...)
 	var claims []Claim
-	if err == nil {
-		claims, err = pgx.CollectRows(rows, scanClaim)
+	var err error
+	if opt.ParkedOnly {
+		claims, err = sess.ParkedDue(qctx, limit)
+	} else {
+		claims, err = sess.StaleClaims(qctx, age, limit)
 	}
 	cancel()
 	if err != nil {
@@ -58,7 +54,7 @@ func (c *Completer) settleStale(ctx context.Context, conn *pgxpool.Conn, opt Pas
 			done = append(done, Settled{Claim: cl, Result: what})
 			continue
 		}
-		s, err := c.settle(ctx, conn, cl, effects)
+		s, err := c.settle(ctx, sess, cl, effects)
 		if err != nil {
 			return done, err
 		}
@@ -85,22 +81,25 @@ func (c *Completer) input(cl Claim, ans Answer, paused bool) ClaimInput {
 // an upgrade. Its error is the pass's (a systemic answer, ctx ended, the
 // database, ErrPaused when the pause came between the pass's check and
 // the request): nothing more is to be done in this pass.
-func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, effects []Effect) (Settled, error) {
+func (c *Completer) settle(ctx context.Context, sess Session, cl Claim, effects []Effect) (Settled, error) {
 	out := Settled{Claim: cl}
-	orders, ids := []int64{cl.OrderID}, [][16]byte{cl.EventID}
+	orders, ids := []int64{cl.OrderID}, []uuid.UUID{cl.EventID}
 	if slices.Contains(effects, EffectBlock) {
 		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("outcome still unknown %s after the claim, past the block-after limit: not re-sent", cl.Age.Round(time.Second))
-		return out, c.write(ctx, conn, &out, blockSQL, orders, ids, out.Detail)
+		return out, c.write(ctx, nil, &out, func(wctx context.Context) error {
+			_, err := sess.BlockClaims(wctx, orders, ids, out.Detail)
+			return err
+		})
 	}
 	sends := c.Sends.withDefaults()
 	deadline := sends.deadline() // before the record: SPEC §11 I5
-	pending, err := markSent(ctx, conn, c.dbTimeout(), sends, orders, ids, []string{cmp.Or(c.Sender, SenderCompleter)})
+	pending, err := markSent(ctx, sess, c.dbTimeout(), sends, orders, ids, []string{cmp.Or(c.Sender, SenderCompleter)})
 	if err != nil {
 		return out, fmt.Errorf("completer: settle order %d: %w", cl.OrderID, err)
 	}
 	bctx, cancel := context.WithTimeout(ctx, c.dbTimeout())
 	defer cancel()
-	tx, err := conn.Begin(bctx)
+	tx, err := sess.Begin(bctx)
 	if err != nil {
 		return out, fmt.Errorf("completer: settle order %d: begin: %w", cl.OrderID, err)
 	}
@@ -137,10 +136,15 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, ef
 		err = c.writeCharged(ctx, tx, &out, r.ChargeID)
 	case slices.Contains(effects, EffectBlock):
 		out.Result, out.Detail = string(ClaimBlocked), fmt.Sprintf("re-sent by the completer: %v", err)
-		err = c.write(ctx, tx, &out, blockSQL, orders, ids, out.Detail)
+		err = c.write(ctx, tx, &out, func(wctx context.Context) error {
+			_, err := tx.BlockClaims(wctx, orders, ids, out.Detail)
+			return err
+		})
 	default: // EffectRecordUnknown
 		out.Result, out.Detail = string(ClaimPending), err.Error()
-		err = c.write(ctx, tx, &out, stillUnknownSQL, cl.OrderID, [16]byte(cl.EventID), out.Detail, c.parkedBackoff().Milliseconds())
+		err = c.write(ctx, tx, &out, func(wctx context.Context) error {
+			return tx.RecordUnknown(wctx, cl.OrderID, cl.EventID, out.Detail, c.parkedBackoff())
+		})
 	}
 	return out, err
 }
@@ -152,19 +156,19 @@ func (c *Completer) settle(ctx context.Context, conn *pgxpool.Conn, cl Claim, ef
 // before the request) keeps any DELETE of the claim or change of its key
 // out until this record, so on Postgres this branch is a guard only: a
 // 2xx is never dropped, whatever the ledger says.
-func (c *Completer) writeCharged(ctx context.Context, tx pgx.Tx, out *Settled, chargeID string) error {
+func (c *Completer) writeCharged(ctx context.Context, tx Tx, out *Settled, chargeID string) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
 	defer cancel()
 	at := c.Now()
-	tag, err := tx.Exec(wctx, recordSQL, []int64{out.OrderID}, [][16]byte{out.EventID}, []string{chargeID}, at)
+	marked, err := tx.MarkCharged(wctx, []int64{out.OrderID}, []uuid.UUID{out.EventID}, []string{chargeID}, at)
 	if err != nil {
 		return fmt.Errorf("completer: record order %d as charged: %w", out.OrderID, err)
 	}
-	if tag.RowsAffected() == 1 {
+	if len(marked) == 1 {
 		return c.commitAndLog(ctx, wctx, tx, out)
 	}
-	sc, err := recordStray(wctx, tx, stray{order: out.OrderID, customer: out.CustomerID, event: out.EventID, amount: out.Amount.String(),
-		chargeID: chargeID, sender: cmp.Or(c.Sender, SenderCompleter), host: c.Sends.Host, chargedAt: at})
+	sc, err := recordStray(wctx, tx, StrayRecord{OrderID: out.OrderID, CustomerID: out.CustomerID, EventID: out.EventID, Amount: out.Amount,
+		ChargeID: chargeID, Sender: cmp.Or(c.Sender, SenderCompleter), Host: c.Sends.Host, ChargedAt: at})
 	if err != nil {
 		return fmt.Errorf("completer: record order %d as charged: %w", out.OrderID, err)
 	}
@@ -176,28 +180,22 @@ func (c *Completer) writeCharged(ctx context.Context, tx pgx.Tx, out *Settled, c
 	return nil
 }
 
-// executor is where write runs its statement: the completer's connection,
-// or its settling transaction (then write commits it).
-type executor interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
 // write runs the statement that records what settle did to out's claim,
 // on a context that outlives ctx (the provider's answer must be kept),
-// commits it when db is a transaction, and logs it.
-func (c *Completer) write(ctx context.Context, db executor, out *Settled, sql string, args ...any) error {
+// commits tx when it is not nil (the statement ran in it), and logs it.
+func (c *Completer) write(ctx context.Context, tx Tx, out *Settled, statement func(context.Context) error) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dbTimeout())
 	defer cancel()
-	if _, err := db.Exec(wctx, sql, args...); err != nil {
+	if err := statement(wctx); err != nil {
 		return fmt.Errorf("completer: record order %d as %s: %w", out.OrderID, out.Result, err)
 	}
-	return c.commitAndLog(ctx, wctx, db, out)
+	return c.commitAndLog(ctx, wctx, tx, out)
 }
 
-// commitAndLog commits db on wctx when it is a transaction, and logs what
+// commitAndLog commits tx on wctx when it is not nil, and logs what
 // settle did to out's claim.
-func (c *Completer) commitAndLog(ctx, wctx context.Context, db executor, out *Settled) error {
-	if tx, ok := db.(pgx.Tx); ok {
+func (c *Completer) commitAndLog(ctx, wctx context.Context, tx Tx, out *Settled) error {
+	if tx != nil {
 		if err := tx.Commit(wctx); err != nil {
 			return fmt.Errorf("completer: record order %d as %s: commit: %w", out.OrderID, out.Result, err)
 		}

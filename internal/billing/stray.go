@@ -2,15 +2,11 @@ package billing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Stray charges (SPEC §11, the 2xx rule): a 2xx whose event's claim was
@@ -45,48 +41,24 @@ type StrayCharge struct {
 	Moved        ClaimState
 }
 
-// stray is what recordStray needs of the charged event.
-type stray struct {
-	order, customer int64
-	event           [16]byte
-	amount          string // numeric as text
-	chargeID        string
-	sender, host    string
-	chargedAt       time.Time
-}
-
-const (
-	strayRowSQL = `SELECT event_id, status FROM charge WHERE order_id = $1 FOR UPDATE`
-	// strayClaimSQL inserts the event's own claim, charged, for an order
-	// without a row; nothing when a row (or the event's id on another
-	// order) appeared meanwhile.
-	strayClaimSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, provider_charge_id, claimed_by)
-VALUES ($1, $2, $3, $4::numeric, now(), $5, 'charged', $6, $7) ON CONFLICT DO NOTHING`
-	strayBlockSQL = `UPDATE charge SET status = 'blocked', last_error = $3 WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
-	strayLogSQL   = `INSERT INTO stray_charge (order_id, event_id, provider_charge_id, sender, claim_event_id, claim_status)
-VALUES ($1, $2, $3, $4, $5, $6) RETURNING at`
-)
-
 // recordStray records st's 2xx in tx (not committed: the caller commits
 // it with the rest) and moves the order's row as the claim's transition
 // function says for a stray 2xx (ClaimState.Next, ActorStray). The
 // row is read FOR UPDATE; an order whose row appears between the read and
 // the insert of the event's own claim is read again, once. Its error is
 // the database's: then nothing of it may be committed.
-func recordStray(ctx context.Context, tx pgx.Tx, st stray) (StrayCharge, error) {
-	out := StrayCharge{OrderID: st.order, EventID: st.event, ProviderChargeID: st.chargeID, Sender: st.sender,
+func recordStray(ctx context.Context, tx Tx, st StrayRecord) (StrayCharge, error) {
+	out := StrayCharge{OrderID: st.OrderID, EventID: st.EventID, ProviderChargeID: st.ChargeID, Sender: st.Sender,
 		ClaimState: ClaimReleased, Moved: ClaimReleased}
 	for try := 0; try < 2; try++ {
-		var owner [16]byte
-		var status string
-		err := tx.QueryRow(ctx, strayRowSQL, st.order).Scan(&owner, &status)
+		owner, status, found, err := tx.LockClaimRow(ctx, st.OrderID)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			out.ClaimEventID, out.ClaimState = uuid.UUID{}, ClaimReleased
 		case err != nil:
-			return out, fmt.Errorf("record the stray charge of order %d: read the claim: %w", st.order, err)
+			return out, fmt.Errorf("record the stray charge of order %d: read the claim: %w", st.OrderID, err)
+		case !found:
+			out.ClaimEventID, out.ClaimState = uuid.UUID{}, ClaimReleased
 		default:
-			out.ClaimEventID, out.ClaimState = owner, ClaimState(status)
+			out.ClaimEventID, out.ClaimState = owner, status
 		}
 		next, effects, _ := out.ClaimState.Next(ClaimInput{Actor: ActorStray})
 		again, err := strayMove(ctx, tx, st, owner, effects)
@@ -98,36 +70,38 @@ func recordStray(ctx context.Context, tx pgx.Tx, st stray) (StrayCharge, error) 
 			break
 		}
 	}
-	var claimEvent *[16]byte
-	var claimStatus *string
+	var claimEvent *uuid.UUID
+	var claimState *ClaimState
 	if out.ClaimState != ClaimReleased {
-		claimEvent, claimStatus = (*[16]byte)(&out.ClaimEventID), (*string)(&out.ClaimState)
+		claimEvent, claimState = &out.ClaimEventID, &out.ClaimState
 	}
-	if err := tx.QueryRow(ctx, strayLogSQL, st.order, st.event, st.chargeID, st.sender, claimEvent, claimStatus).Scan(&out.At); err != nil {
-		return out, fmt.Errorf("record the stray charge of order %d: %w", st.order, err)
+	at, err := tx.LogStray(ctx, st, claimEvent, claimState)
+	if err != nil {
+		return out, fmt.Errorf("record the stray charge of order %d: %w", st.OrderID, err)
 	}
+	out.At = at
 	return out, nil
 }
 
 // strayMove carries out the row's effects of a stray charge (the record
 // itself is recordStray's) and answers whether the order must be read
 // again: its own claim could not be inserted, a row appeared meanwhile.
-func strayMove(ctx context.Context, tx pgx.Tx, st stray, owner [16]byte, effects []Effect) (again bool, _ error) {
+func strayMove(ctx context.Context, tx Tx, st StrayRecord, owner uuid.UUID, effects []Effect) (again bool, _ error) {
 	for _, e := range effects {
 		switch e {
 		case EffectMarkCharged:
-			tag, err := tx.Exec(ctx, strayClaimSQL, st.order, st.event, st.customer, st.amount, st.chargedAt, st.chargeID, st.host)
+			inserted, err := tx.InsertStrayClaim(ctx, st)
 			if err != nil {
-				return false, fmt.Errorf("record the stray charge of order %d: claim: %w", st.order, err)
+				return false, fmt.Errorf("record the stray charge of order %d: claim: %w", st.OrderID, err)
 			}
-			if tag.RowsAffected() == 0 {
+			if !inserted {
 				return true, nil
 			}
 		case EffectBlock:
 			why := fmt.Sprintf("stray charge: the provider charged this order under event %s (charge %q) while this claim was pending: "+
-				"two charges may exist; see claim show", uuid.UUID(st.event), st.chargeID)
-			if _, err := tx.Exec(ctx, strayBlockSQL, st.order, owner, why); err != nil {
-				return false, fmt.Errorf("record the stray charge of order %d: block: %w", st.order, err)
+				"two charges may exist; see claim show", st.EventID, st.ChargeID)
+			if err := tx.BlockStrayClaim(ctx, st.OrderID, owner, why); err != nil {
+				return false, fmt.Errorf("record the stray charge of order %d: block: %w", st.OrderID, err)
 			}
 		}
 	}
@@ -151,26 +125,13 @@ func logStray(ctx context.Context, logger *slog.Logger, sc StrayCharge) {
 
 // StrayCharges returns the stray charges recorded for order, oldest first,
 // for `claim show`. It changes nothing.
-func StrayCharges(ctx context.Context, pool *pgxpool.Pool, order int64) ([]StrayCharge, error) {
-	rows, err := pool.Query(ctx, `SELECT order_id, event_id, provider_charge_id, at, sender, claim_event_id, coalesce(claim_status, 'released')
-FROM stray_charge WHERE order_id = $1 ORDER BY id`, order)
+func StrayCharges(ctx context.Context, db OperatorStore, order int64) ([]StrayCharge, error) {
+	out, err := db.StrayCharges(ctx, order)
 	if err != nil {
 		return nil, fmt.Errorf("read the stray charges of order %d: %w", order, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StrayCharge, error) {
-		var s StrayCharge
-		var claimEvent pgtype.UUID
-		var status string
-		err := r.Scan(&s.OrderID, &s.EventID, &s.ProviderChargeID, &s.At, &s.Sender, &claimEvent, &status)
-		if claimEvent.Valid {
-			s.ClaimEventID = claimEvent.Bytes
-		}
-		s.ClaimState = ClaimState(status)
-		s.Moved, _, _ = s.ClaimState.Next(ClaimInput{Actor: ActorStray})
-		return s, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read the stray charges of order %d: %w", order, err)
+	for i := range out {
+		out[i].Moved, _, _ = out[i].ClaimState.Next(ClaimInput{Actor: ActorStray})
 	}
 	return out, nil
 }

@@ -24,7 +24,8 @@ import (
 func TestTheCompletersRecordOfAStrayCharge(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
-	c := &Completer{Pool: pool, Now: time.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	store := storeOn(t, pool)
+	c := &Completer{Sessions: SessionsOn(pool), Now: time.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for k, tc := range []struct {
 		row        string // the order's row when the 2xx comes: "" none, else another event's status
 		wantStatus string
@@ -44,7 +45,7 @@ VALUES ($1, $2, 42, 10, $3, gen_random_uuid())`, order, [16]byte(other), tc.row)
 		}
 		amount, _ := money.ParseAmount("10.00")
 		out := Settled{Claim: Claim{OrderID: order, EventID: ev, CustomerID: 42, Amount: amount}, Result: string(ClaimCharged)}
-		tx, err := pool.Begin(ctx)
+		tx, err := store.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,12 +75,12 @@ AND sender = 'completer'`, order, [16]byte(ev)).Scan(&n); err != nil || n != 1 {
 	// Two charges for one order (the stray beside another event's charged
 	// claim) are counted for reconcile; the stray that became the order's
 	// own claim is not.
-	conn, err := pool.Acquire(ctx)
+	sess, err := c.Sessions.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Release()
-	if u, err := c.count(ctx, conn); err != nil || u.StrayBeside != 1 {
+	defer sess.Release()
+	if u, err := c.count(ctx, sess); err != nil || u.StrayBeside != 1 {
 		t.Errorf("counts %+v, %v; want one order with a stray charge beside a charged claim", u, err)
 	}
 }

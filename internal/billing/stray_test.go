@@ -12,6 +12,7 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/fault"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
 )
 
 // Tests of SPEC §11's 2xx rule: a 2xx for a claim that was deleted or
@@ -186,7 +187,7 @@ func TestA2xxForAnotherEventsPendingClaimBlocksIt(t *testing.T) {
 		if o.err != nil || o.res.Outcome != billing.Charged {
 			t.Errorf("the first event: %+v, %v; want charged (its key was charged)", o.res, o.err)
 		}
-		cl, _, err := billing.ShowClaim(ctx, e.pool, ev.OrderID)
+		cl, _, err := billing.ShowClaim(ctx, postgres.NewStore(e.pool), ev.OrderID)
 		if err != nil {
 			t.Fatal(err)
 		}

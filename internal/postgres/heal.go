@@ -15,9 +15,9 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/heal"
 )
 
-// querier is what the heal's statements need: a connection (in pgx's
+// healQuerier is what the heal's statements need: a connection (in pgx's
 // AfterConnect) or the pool (the watch loop).
-type querier interface {
+type healQuerier interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -27,7 +27,7 @@ type querier interface {
 // positions it compares, for one group and topic. It implements
 // heal.Store.
 type HealStore struct {
-	DB           querier
+	DB           healQuerier
 	Group, Topic string
 }
 
@@ -105,18 +105,18 @@ WHERE consumer_group = $1 AND topic = $2`, s.Group, s.Topic)
 	return out, nil
 }
 
-// holdSQL blocks the given surviving pending claims (parked or not):
+// healHoldSQL blocks the given surviving pending claims (parked or not):
 // see holds. It is the transition a claim takes at
 // BILLING_CLAIM_BLOCK_AFTER (pending to blocked, sends kept, so a late 2xx
 // still marks it charged); its last_error says why.
-const holdSQL = `UPDATE charge c SET status = 'blocked', last_error = t.why
+const healHoldSQL = `UPDATE charge c SET status = 'blocked', last_error = t.why
 FROM unnest($1::bigint[], $2::text[]) AS t(o, why)
 WHERE c.order_id = t.o AND c.status = 'pending'`
 
-// blockSQL gives each suspect order without a claim row a 'blocked'
+// healBlockSQL gives each suspect order without a claim row a 'blocked'
 // claim in its first event's name (see heal.Suspect): its events are
 // then deferred behind it until an operator settles it (SPEC §11 I3).
-const blockSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status,
+const healBlockSQL = `INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status,
   claim_token, last_error, claimed_by)
 SELECT t.o, t.e, t.c, t.a::numeric, now(), now(), 'blocked', gen_random_uuid(), t.why, 'failover heal'
 FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[], $5::text[]) AS t(o, e, c, a, why)
@@ -199,11 +199,11 @@ func block(ctx context.Context, tx pgx.Tx, suspects []heal.Suspect) (int, error)
 	if err != nil {
 		return 0, err
 	}
-	held, err := tx.Exec(ctx, holdSQL, heldOrders, heldWhys)
+	held, err := tx.Exec(ctx, healHoldSQL, heldOrders, heldWhys)
 	if err != nil {
 		return 0, fmt.Errorf("block the surviving claims of the orders the heal cannot tell apart: %w", err)
 	}
-	tag, err := tx.Exec(ctx, blockSQL, orders, evs, customers, amounts, whys)
+	tag, err := tx.Exec(ctx, healBlockSQL, orders, evs, customers, amounts, whys)
 	if err != nil {
 		return 0, fmt.Errorf("block the orders the heal cannot tell apart: %w", err)
 	}

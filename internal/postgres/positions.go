@@ -1,8 +1,3 @@
-// Package postgres is billing-consumer's Postgres adapter: it implements
-// the storage ports the other packages declare, and is meant to be the one
-// package that imports pgx (issue 32). It starts with the consumer's
-// positions (consumer.Positions, the consumer_position table of migration
-// 00013); the rest of the SQL has not moved here yet.
 package postgres
 
 import (

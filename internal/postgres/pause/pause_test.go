@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/billing-consumer/billing-consumer/internal/pause"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/pause"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 

@@ -1,4 +1,4 @@
-package billing
+package postgres
 
 import (
 	"context"
@@ -37,13 +37,4 @@ func classifyDB(err error) error {
 		return fault.New(fault.Systemic, err)
 	}
 	return fault.New(fault.Transient, err)
-}
-
-// definiteRefusal reports whether a charge error proves that the provider
-// did not take the money: the Charger's error says so with a NotTaken
-// method (*payment.Error: a refusal of the charge, of our credentials, or
-// a request never sent).
-func definiteRefusal(err error) bool {
-	var nt interface{ NotTaken() bool }
-	return errors.As(err, &nt) && nt.NotTaken()
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/billing-consumer/billing-consumer/internal/pglock"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/pglock"
 )
 
 // maintenanceLockKey is the Postgres advisory lock that lets one replica at

@@ -1,0 +1,145 @@
+package postgres
+
+// Sessions, a completer's sessions on Postgres: one connection of the
+// pool, held for a pass, on which the completer's advisory lock is taken.
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billing-consumer/billing-consumer/internal/billing"
+	"github.com/billing-consumer/billing-consumer/internal/money"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/dedup"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/pglock"
+)
+
+// Sessions implements billing.Sessions on a pool: each session is one
+// of its connections, held for a completer's pass.
+type Sessions struct {
+	pool *pgxpool.Pool
+}
+
+// NewSessions returns the Sessions of pool.
+func NewSessions(pool *pgxpool.Pool) *Sessions { return &Sessions{pool: pool} }
+
+// Acquire takes a connection of the pool for a session.
+func (p *Sessions) Acquire(ctx context.Context) (billing.Session, error) {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return nil, classifyDB(err)
+	}
+	return pgSession{conn: conn}, nil
+}
+
+// pgSession is a Session on one pooled connection.
+type pgSession struct {
+	conn *pgxpool.Conn
+}
+
+const (
+	// staleClaimsSQL selects the pending claims older than $1 and the
+	// parked ones whose next re-send is due.
+	staleClaimsSQL = `SELECT ` + claimColumns + ` FROM charge
+WHERE status = 'pending' AND (claimed_at < now() - $1 * interval '1 millisecond' OR parked_at IS NOT NULL AND next_send_at <= now())
+ORDER BY claimed_at LIMIT $2`
+	unsettledSQL = `SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'blocked'),
+count(*) FILTER (WHERE status = 'pending' AND parked_at IS NOT NULL),
+coalesce(max(` + ageColumn + `) FILTER (WHERE status = 'pending'), 0),
+(SELECT count(*) FROM deferred_event d WHERE NOT EXISTS (SELECT 1 FROM charge p WHERE p.order_id = d.order_id AND p.event_id = d.event_id
+  AND p.status = 'pending' AND p.parked_at IS NOT NULL)),
+(SELECT count(DISTINCT s.order_id) FROM stray_charge s JOIN charge p ON p.order_id = s.order_id AND p.event_id <> s.event_id
+  AND p.status = 'charged' AND p.provider_charge_id IS DISTINCT FROM s.provider_charge_id)
+FROM charge WHERE status <> 'charged'`
+	blockedSQL = `SELECT order_id, event_id, customer_id, amount::text, status, claimed_at, coalesce(last_error, '') FROM charge
+WHERE status = 'blocked' ORDER BY claimed_at LIMIT 100`
+)
+
+// The completer's statements for parked claims.
+const (
+	// parkedDueSQL selects the parked claims whose next re-send is due.
+	parkedDueSQL = `SELECT ` + claimColumns + ` FROM charge
+WHERE status = 'pending' AND parked_at IS NOT NULL AND next_send_at <= now() ORDER BY next_send_at LIMIT $1`
+)
+
+// TryLock takes the session's advisory lock key (pglock.TryLock).
+func (s pgSession) TryLock(ctx context.Context, key int64, timeout time.Duration) (func(), bool, error) {
+	unlock, locked, err := pglock.TryLock(ctx, s.conn, key, timeout)
+	return unlock, locked, classifyDB(err)
+}
+
+// StaleClaims runs staleClaimsSQL.
+func (s pgSession) StaleClaims(ctx context.Context, olderThan time.Duration, limit int) ([]billing.Claim, error) {
+	return s.claims(ctx, staleClaimsSQL, olderThan.Milliseconds(), limit)
+}
+
+// ParkedDue runs parkedDueSQL.
+func (s pgSession) ParkedDue(ctx context.Context, limit int) ([]billing.Claim, error) {
+	return s.claims(ctx, parkedDueSQL, limit)
+}
+
+func (s pgSession) claims(ctx context.Context, sql string, args ...any) ([]billing.Claim, error) {
+	rows, err := s.conn.Query(ctx, sql, args...)
+	var claims []billing.Claim
+	if err == nil {
+		claims, err = pgx.CollectRows(rows, scanClaim)
+	}
+	return claims, classifyDB(err)
+}
+
+// CountUnsettled runs unsettledSQL.
+func (s pgSession) CountUnsettled(ctx context.Context) (billing.Unsettled, error) {
+	var u billing.Unsettled
+	var oldest int64 // microseconds, by the database's clock
+	if err := s.conn.QueryRow(ctx, unsettledSQL).Scan(&u.Pending, &u.Blocked, &u.Parked, &oldest, &u.Deferred, &u.StrayBeside); err != nil {
+		return u, classifyDB(err)
+	}
+	u.OldestPending = max(0, time.Duration(oldest)*time.Microsecond)
+	return u, nil
+}
+
+// BlockedClaims runs blockedSQL.
+func (s pgSession) BlockedClaims(ctx context.Context) ([]billing.Settled, error) {
+	rows, err := s.conn.Query(ctx, blockedSQL)
+	if err != nil {
+		return nil, classifyDB(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (billing.Settled, error) {
+		var s billing.Settled
+		var amount, status string
+		if err := row.Scan(&s.OrderID, (*[16]byte)(&s.EventID), &s.CustomerID, &amount, &status, &s.ClaimedAt, &s.Detail); err != nil {
+			return s, err
+		}
+		s.Status, s.Result = billing.ClaimState(status), string(billing.ClaimBlocked)
+		a, err := money.ParseAmount(amount)
+		s.Amount = a
+		return s, err
+	})
+	return out, classifyDB(err)
+}
+
+// RecordSends runs markSentSQL on the session's connection.
+func (s pgSession) RecordSends(ctx context.Context, sends billing.SendConfig, orders []int64, ids []uuid.UUID, senders []string) ([]uuid.UUID, error) {
+	return recordSends(ctx, s.conn, sends, orders, ids, senders)
+}
+
+// BlockClaims runs blockSQL on the session's connection.
+func (s pgSession) BlockClaims(ctx context.Context, orders []int64, ids []uuid.UUID, why string) (int64, error) {
+	tag, err := s.conn.Exec(ctx, blockSQL, orders, dedup.Binary(ids), why)
+	return tag.RowsAffected(), classifyDB(err)
+}
+
+// Begin begins a transaction on the session's connection.
+func (s pgSession) Begin(ctx context.Context) (billing.Tx, error) {
+	tx, err := s.conn.Begin(ctx)
+	if err != nil {
+		return nil, classifyDB(err)
+	}
+	return pgTx{tx: tx}, nil
+}
+
+// Release returns the connection to the pool.
+func (s pgSession) Release() { s.conn.Release() }
