@@ -57,8 +57,9 @@
 //     (inflight.go).
 //
 // Billing declares what it needs of its database as small ports in its
-// own terms (store.go: Store and Tx for the service, Sessions for the
-// completer, OperatorStore for the operator's commands); the statements
+// own terms (store.go: Store and Tx for the service; completer.go:
+// Sessions for the completer; operator.go: OperatorStore for the
+// operator's commands); the statements
 // named here and in the comments of this package (claimSQL, recordSQL,
 // markSentSQL, …) are the Postgres adapter's, internal/postgres, which
 // implements those ports and alone speaks to Postgres.
