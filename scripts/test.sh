@@ -6,8 +6,8 @@
 # detector. e2e's TestKafkaSecurity starts a second, secured broker of its
 # own (scripts/kafka-secure.sh: SASL_SSL, SSL with client certificates) on
 # free ports, and e2e's TestFailover a Postgres primary and streaming
-# standby of its own (scripts/pg.sh standby; its asynchronous variant runs
-# only in make failover). Nothing is skipped: with CI set, a test that cannot reach its
+# standby of its own (scripts/pg.sh standby), synchronous and asynchronous
+# (the heal of lost commits). Nothing is skipped: with CI set, a test that cannot reach its
 # service fails, and a broker that does not start fails the run.
 #
 # KAFKA=kfake runs the Kafka suites against franz-go's in-process kfake

@@ -61,7 +61,7 @@ import (
 //     not committed to Kafka yet is not seen, and can charge an order
 //     twice: TestFailoverHealLimit keeps that counterexample.
 //   - The heal the main check proves has four additions to the heal as
-//     built (healAsBuilt): on a loss it writes an in-flight window on
+//     first built (e19103d: failoverRulesWith(name, true, proofKafkaAhead)): on a loss it writes an in-flight window on
 //     every unsettled claim (window), the runbook marks its claim charged
 //     in the charged event's name (namesCharged), it restores the
 //     dead-letter decisions the database lost from the DLQ topic
@@ -213,16 +213,8 @@ func failoverRulesWith(name string, heal bool, proof healProof) failoverRules {
 	return failoverRules{modelRules: r, heal: heal, proof: proof}
 }
 
-// healAsBuilt is the heal of issue 30 as it was first built (e19103d): a
-// loss proven by a committed record whose decision the database lost, no
-// in-flight window written, the heal's claim marked charged in its first
-// event's name, dead-letter decisions not restored.
-func healAsBuilt() failoverRules {
-	return failoverRulesWith("the heal as built", true, proofKafkaAhead)
-}
-
-// healChecked is the heal the main check proves: healAsBuilt with its
-// four additions (window, namesCharged, restores, blocksSurviving), under
+// healChecked is the heal the main check proves: the heal as first built
+// with its four additions (window, namesCharged, restores, blocksSurviving), under
 // the assumption that every loss is proven (proofAnyLoss). Production has
 // two of them, window (postgres.windowSQL) and blocksSurviving
 // (postgres.holds); namesCharged (claim mark-charged naming the event
