@@ -78,7 +78,7 @@ type Config struct {
 
 	Logger *slog.Logger
 	// Pause, when set, pauses fetching: it returns a channel that is closed
-	// while the consumer may fetch (see internal/pause). While it is open
+	// while the consumer may fetch (see internal/postgres/pause). While it is open
 	// the partitions fetch nothing and start no record, but stay assigned,
 	// and finish and commit the records already running. (kafka-go's
 	// reader may still prefetch into its bounded queue.)
