@@ -198,7 +198,7 @@ func (cm *committer) flush() {
 	for id, c := range r.commits {
 		p := cm.parts[id]
 		p.committed = c.Offset
-		p.lane.raise(c.Mark.Frontier)
+		p.lane.raise(c.Mark.Frontier, p.window)
 	}
 	cm.mu.Unlock()
 	if cm.onDone != nil {

@@ -73,6 +73,13 @@ type lane struct {
 	// whichever is higher. Written by the partition goroutine (the
 	// committer sets it at begin, before the partition starts).
 	reach atomic.Int64
+	// soon is where the partition asks for the next raise ahead of time
+	// (frontier minus half the window it was raised with), so that the
+	// commit carrying it is on its way while the partition goes on: a
+	// partition that waited at its frontier for each raise lost a commit
+	// round trip every half window (the bench's drain: 0.80x events/s,
+	// 1.22x consumer CPU per event against the code before the frontier).
+	soon atomic.Int64
 	// moved holds a token once the frontier moved: a partition waiting
 	// at its frontier looks again.
 	moved chan struct{}
@@ -80,12 +87,13 @@ type lane struct {
 
 func newLane() *lane { return &lane{moved: make(chan struct{}, 1)} }
 
-// raise publishes frontier if it is higher than the current one, and
-// wakes the partition.
-func (l *lane) raise(frontier int64) {
+// raise publishes frontier, raised with window, if it is higher than the
+// current one, and wakes the partition.
+func (l *lane) raise(frontier, window int64) {
 	if frontier <= l.frontier.Load() {
 		return
 	}
+	l.soon.Store(frontier - window/2)
 	l.frontier.Store(frontier)
 	select {
 	case l.moved <- struct{}{}:
@@ -120,7 +128,7 @@ func (cm *committer) begin(starts map[int]startPoint) error {
 		p := cm.part(id)
 		p.next, p.committed, p.since, p.lastReach = s.offset, s.offset, s.since, s.offset
 		p.lane.reach.Store(s.offset)
-		p.lane.raise(s.frontier)
+		p.lane.raise(s.frontier, minWindow)
 	}
 	return nil
 }

@@ -99,6 +99,10 @@ type partitionState struct {
 	// the value last reported to lane.reach.
 	lane            *lane
 	frontier, reach int64
+	// soon is the lane's soon read with frontier; urged is set once the
+	// partition asked for the raise past it.
+	soon  int64
+	urged bool
 }
 
 func newPartitionState(c *Consumer, cm *committer, b *budget, partition int, log *slog.Logger, stop, work context.Context) *partitionState {
@@ -111,7 +115,7 @@ func newPartitionState(c *Consumer, cm *committer, b *budget, partition int, log
 		lane: lane,
 		// The generation's first commit set both before the partition
 		// started.
-		frontier: lane.frontier.Load(), reach: lane.reach.Load(),
+		frontier: lane.frontier.Load(), reach: lane.reach.Load(), soon: lane.soon.Load(),
 	}
 }
 
@@ -333,9 +337,14 @@ func (p *partitionState) blocked(offset int64) <-chan struct{} {
 		}
 	}
 	if offset < p.frontier {
+		if offset >= p.soon && !p.urged { // ask for the next raise ahead of time
+			p.urged = true
+			p.cm.urgeFlush()
+		}
 		return nil
 	}
 	if p.frontier = p.lane.frontier.Load(); offset < p.frontier {
+		p.soon, p.urged = p.lane.soon.Load(), false
 		return nil
 	}
 	if offset >= p.reach {
