@@ -24,7 +24,7 @@ import (
 // previousRelease is the commit of the release this build replaces: move
 // it forward at every release, so that TestUpgradeFromPreviousRelease
 // tests the upgrade that will actually be rolled out.
-const previousRelease = "6a74246"
+const previousRelease = "d454b3f"
 
 // buildPrevious builds billing-consumer at commit (from this repository's
 // history, with git archive) into ~/.cache/billing-consumer/prev-COMMIT,
