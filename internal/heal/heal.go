@@ -162,14 +162,9 @@ func New(cfg Config) *Healer {
 // is used before the check passed.
 func (h *Healer) Check(ctx context.Context, st Store, server string) error {
 	h.newServer(server)
-	seen := h.raises()
-	gate, err := st.Gate(ctx)
-	if err != nil {
+	seen, up, err := h.readGate(ctx, st)
+	if err != nil || up {
 		return err
-	}
-	if gate != nil {
-		h.set(gate)
-		return nil
 	}
 	h.mu.Lock()
 	checked := h.checked
@@ -239,16 +234,23 @@ func (h *Healer) Look(ctx context.Context) error {
 	if st == nil {
 		return nil
 	}
-	seen := h.raises()
-	gate, err := st.Gate(ctx)
-	if err != nil {
+	seen, up, err := h.readGate(ctx, st)
+	if err != nil || up {
 		return err
 	}
-	if gate != nil {
-		h.set(gate)
-		return nil
-	}
 	return h.look(ctx, st, seen)
+}
+
+// readGate reads the database's gate and, if one is up, makes it this
+// replica's view. seen is the raise count before the read (see lower).
+func (h *Healer) readGate(ctx context.Context, st Store) (seen uint64, up bool, err error) {
+	seen = h.raises()
+	gate, err := st.Gate(ctx)
+	if err != nil || gate == nil {
+		return seen, false, err
+	}
+	h.set(gate)
+	return seen, true, nil
 }
 
 // find reads Kafka first, then the database, then the log bounds.

@@ -64,9 +64,7 @@ func (s HealStore) Gate(ctx context.Context) (map[int]heal.Range, error) {
 	return gate(ctx, s.DB, s.Group, s.Topic)
 }
 
-func gate(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, group, topic string) (map[int]heal.Range, error) {
+func gate(ctx context.Context, q querier, group, topic string) (map[int]heal.Range, error) {
 	rows, err := q.Query(ctx, gateSQL, group, topic)
 	if err != nil {
 		return nil, fmt.Errorf("read the heal gate of %s/%s: %w", group, topic, err)
