@@ -13,9 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/postgres"
 )
@@ -87,21 +84,21 @@ func claimCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	return onDB(ctx, stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
+	return onDB(ctx, stderr, func(ctx context.Context, cfg config, db *postgres.DB, logger *slog.Logger) error {
 		if sub != "show" {
-			if err := postgres.RefuseDuringHeal(ctx, pool, cfg.KafkaGroupID); err != nil {
+			if err := postgres.RefuseDuringHeal(ctx, db, cfg.KafkaGroupID); err != nil {
 				return fmt.Errorf("claim %s: %w", sub, err)
 			}
 		}
-		return claimOn(ctx, pool, logger, stdout, sub, action, req)
+		return claimOn(ctx, db, logger, stdout, sub, action, req)
 	})
 }
 
 // claimOn carries out req on the ledger and prints the claim with its
 // audit trail, its sends, the events deferred behind it and the order's
 // stray charges.
-func claimOn(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, stdout io.Writer, sub string, action billing.OperatorAction, req billing.OperatorRequest) error {
-	db := postgres.NewStore(pool)
+func claimOn(ctx context.Context, pg *postgres.DB, logger *slog.Logger, stdout io.Writer, sub string, action billing.OperatorAction, req billing.OperatorRequest) error {
+	db := postgres.NewStore(pg)
 	if sub != "show" {
 		before, err := billing.ApplyOperator(ctx, db, logger, req)
 		if err != nil {
@@ -196,8 +193,7 @@ func osUser() string {
 // schemaHint adds "run billing-consumer migrate" to an error caused by a
 // table the database does not have yet.
 func schemaHint(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+	if postgres.UndefinedTable(err) {
 		return fmt.Errorf("%w: the database schema is behind this binary; run billing-consumer migrate", err)
 	}
 	return err

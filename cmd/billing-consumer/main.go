@@ -17,10 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/billing-consumer/billing-consumer/db/migrations"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
 	"github.com/billing-consumer/billing-consumer/internal/postgres/dedup"
 	"github.com/billing-consumer/billing-consumer/internal/tracing"
 )
@@ -83,11 +80,11 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "migrate":
 		return migrateCommand(ctx, args, stdout, stderr)
 	case "retention":
-		return withDB(ctx, args, "retention", stdout, stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
-			if err := schemaCurrent(ctx, pool); err != nil {
+		return withDB(ctx, args, "retention", stdout, stderr, func(ctx context.Context, cfg config, db *postgres.DB, logger *slog.Logger) error {
+			if err := schemaCurrent(ctx, db); err != nil {
 				return err
 			}
-			_, err := maintainer(cfg, pool, logger).RunOnce(ctx)
+			_, err := maintainer(cfg, db, logger).RunOnce(ctx)
 			return err
 		})
 	case "dlq":
@@ -135,7 +132,7 @@ var plainUsage = map[string]string{
 
 // withDB runs a one-shot command that needs only the database.
 func withDB(ctx context.Context, args []string, name string, stdout, stderr io.Writer,
-	fn func(context.Context, config, *pgxpool.Pool, *slog.Logger) error) error {
+	fn func(context.Context, config, *postgres.DB, *slog.Logger) error) error {
 	if err := noFlags(name, args, stdout); err != nil {
 		return err
 	}
@@ -144,18 +141,18 @@ func withDB(ctx context.Context, args []string, name string, stdout, stderr io.W
 
 // onDB reads the configuration of a command that needs only the database,
 // opens the pool and runs fn with it (claim, pause, resume, and withDB's).
-func onDB(ctx context.Context, stderr io.Writer, fn func(context.Context, config, *pgxpool.Pool, *slog.Logger) error) error {
+func onDB(ctx context.Context, stderr io.Writer, fn func(context.Context, config, *postgres.DB, *slog.Logger) error) error {
 	cfg, err := configFor(need{})
 	if err != nil {
 		return err
 	}
 	logger := newLogger(cfg, stderr)
-	pool, err := openPool(ctx, cfg)
+	db, err := connectDB(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	return fn(ctx, cfg, pool, logger)
+	defer db.Close()
+	return fn(ctx, cfg, db, logger)
 }
 
 func newLogger(cfg config, w io.Writer) *slog.Logger {
@@ -165,49 +162,35 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 	return slog.New(tracing.LogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})))
 }
 
-// newPool makes the pool of BILLING_DATABASE_URL without connecting: run
-// waits for the database itself (see startup), while it serves /healthz.
-// Its errors never include the URL, which may hold a password.
-// afterConnect, when set, runs on every new connection before it is
-// used (run's failover heal, postgres.HealOnConnect); the one-shot
-// commands have none.
-func newPool(ctx context.Context, cfg config, afterConnect func(context.Context, *pgx.Conn) error) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return nil, errors.New("BILLING_DATABASE_URL: not a valid connection string")
-	}
-	pc.MaxConns = cfg.dbMaxConns()
-	pc.AfterConnect = afterConnect
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
-	}
-	return pool, nil
+// openDB opens the pool of BILLING_DATABASE_URL without connecting (run
+// waits for the database itself, see startup; postgres.Open), with opts
+// (run's failover heal, postgres.WithHeal) and the pool's size. Its errors
+// never include the URL, which may hold a password.
+func openDB(ctx context.Context, cfg config, opts ...postgres.Option) (*postgres.DB, error) {
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, append(opts, postgres.WithMaxConns(cfg.dbMaxConns()))...)
+	return db, urlError(err)
 }
 
-// openPool is newPool, then one ping, for the one-shot commands: they
-// fail at once when the database is unreachable. pgx's connect errors name
-// only host, user and database.
-func openPool(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
-	pool, err := newPool(ctx, cfg, nil)
-	if err != nil {
-		return nil, err
+// connectDB is openDB, then one ping, for the one-shot commands: they fail
+// at once when the database is unreachable (postgres.Connect).
+func connectDB(ctx context.Context, cfg config) (*postgres.DB, error) {
+	db, err := postgres.Connect(ctx, cfg.DatabaseURL, postgres.WithMaxConns(cfg.dbMaxConns()))
+	return db, urlError(err)
+}
+
+// urlError names the variable in postgres.ErrInvalidURL.
+func urlError(err error) error {
+	if errors.Is(err, postgres.ErrInvalidURL) {
+		return fmt.Errorf("BILLING_DATABASE_URL: %w", err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		cc := pool.Config().ConnConfig
-		return nil, fmt.Errorf("connect to database %s:%d/%s: %w", cc.Host, cc.Port, cc.Database, err)
-	}
-	return pool, nil
+	return err
 }
 
 // schemaCurrent fails, saying to run billing-consumer migrate, while the
 // database's schema is behind the migrations this binary embeds: the
 // one-shot commands would otherwise fail on a missing table or column.
-func schemaCurrent(ctx context.Context, pool *pgxpool.Pool) error {
-	cur, latest, err := migrations.Versions(ctx, pool)
+func schemaCurrent(ctx context.Context, db *postgres.DB) error {
+	cur, latest, err := postgres.SchemaVersions(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -217,11 +200,11 @@ func schemaCurrent(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-func maintainer(cfg config, pool *pgxpool.Pool, logger *slog.Logger) *dedup.Maintainer {
-	return &dedup.Maintainer{
-		Pool: pool, Retention: cfg.DedupRetention, Ahead: cfg.DedupPartitionsAhead,
+func maintainer(cfg config, db *postgres.DB, logger *slog.Logger) *dedup.Maintainer {
+	return postgres.NewMaintainer(db, dedup.Maintainer{
+		Retention: cfg.DedupRetention, Ahead: cfg.DedupPartitionsAhead,
 		LockTimeout: cfg.DedupLockTimeout, Now: time.Now, Logger: logger,
-	}
+	})
 }
 
 func help(w io.Writer) error {

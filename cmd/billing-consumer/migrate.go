@@ -8,9 +8,9 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/billing-consumer/billing-consumer/db/migrations"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/migrate"
 )
 
 // migrateCommand is `billing-consumer migrate [--allow-breaking]`: apply
@@ -32,8 +32,8 @@ func migrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	} else if err != nil {
 		return fmt.Errorf("migrate: %w (%w)", err, errUsage)
 	}
-	return withDB(ctx, fs.Args(), "migrate", stdout, stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
-		n, err := migrations.UpWith(ctx, pool, logger, migrations.Options{AllowBreaking: *allow})
+	return withDB(ctx, fs.Args(), "migrate", stdout, stderr, func(ctx context.Context, cfg config, db *postgres.DB, logger *slog.Logger) error {
+		n, err := postgres.Migrate(ctx, db, logger, migrate.Options{AllowBreaking: *allow})
 		if err != nil {
 			return err
 		}
@@ -41,7 +41,7 @@ func migrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		// A fresh database gets its processed_event partitions now, before
 		// any consumer starts: an event outside every partition is
 		// decided by the ledger alone (SPEC §6).
-		_, err = maintainer(cfg, pool, logger).RunOnce(ctx)
+		_, err = maintainer(cfg, db, logger).RunOnce(ctx)
 		return err
 	})
 }

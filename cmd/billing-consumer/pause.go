@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/billing-consumer/billing-consumer/internal/metrics"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
 	"github.com/billing-consumer/billing-consumer/internal/postgres/pause"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // pauseInterval is how often each replica reads the pause state: a pause
@@ -57,16 +57,16 @@ func pauseCommand(ctx context.Context, command string, args []string, stdout, st
 		who = osUser()
 	}
 	host, _ := os.Hostname()
-	return onDB(ctx, stderr, func(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
-		return pauseOn(ctx, pool, logger, stdout, command, cfg.KafkaGroupID, strings.TrimSpace(*reason), who, host)
+	return onDB(ctx, stderr, func(ctx context.Context, cfg config, db *postgres.DB, logger *slog.Logger) error {
+		return pauseOn(ctx, db, logger, stdout, command, cfg.KafkaGroupID, strings.TrimSpace(*reason), who, host)
 	})
 }
 
 // pauseOn writes (pause) or deletes (resume) group's row of billing_pause
 // and says what it did.
-func pauseOn(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, stdout io.Writer, command, group, reason, who, host string) error {
+func pauseOn(ctx context.Context, db *postgres.DB, logger *slog.Logger, stdout io.Writer, command, group, reason, who, host string) error {
 	if command == "pause" {
-		s, err := pause.Set(ctx, pool, group, reason, who, host)
+		s, err := postgres.Pause(ctx, db, group, reason, who, host)
 		if err != nil {
 			return schemaHint(err)
 		}
@@ -75,7 +75,7 @@ func pauseOn(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, stdou
 			group, s.Since.UTC().Format(time.RFC3339), s.Operator, s.Reason, pauseInterval)
 		return nil
 	}
-	s, err := pause.Clear(ctx, pool, group)
+	s, err := postgres.Resume(ctx, db, group)
 	if err != nil {
 		return schemaHint(err)
 	}
@@ -93,8 +93,7 @@ func pauseOn(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, stdou
 // pauseWatcher is the running service's view of the pause, feeding the
 // billing_paused gauges.
 func pauseWatcher(s *service) *pause.Watcher {
-	return &pause.Watcher{Pool: s.pool, Group: s.cfg.KafkaGroupID, Logger: s.logger,
-		OnState: func(st pause.State) { pausedGauges(s.ctl, st) }}
+	return postgres.NewPauseWatcher(s.db, s.cfg.KafkaGroupID, s.logger, func(st pause.State) { pausedGauges(s.ctl, st) })
 }
 
 func pausedGauges(c *metrics.Control, st pause.State) {

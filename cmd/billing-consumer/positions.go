@@ -104,14 +104,14 @@ func positionsCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := checkKafka(ctx, kconns, cfg); err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, cfg)
+	db, err := connectDB(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer db.Close()
 	g := groupPositions{
 		client:    &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: kconns.Transport, Timeout: 15 * time.Second},
-		positions: &postgres.Positions{Pool: pool}, group: cfg.KafkaGroupID, topic: cfg.KafkaTopic,
+		positions: &postgres.Positions{DB: db}, group: cfg.KafkaGroupID, topic: cfg.KafkaTopic,
 	}
 	return g.run(ctx, logger, stdout, sub, req)
 }
@@ -214,7 +214,7 @@ func (g groupPositions) run(ctx context.Context, logger *slog.Logger, stdout io.
 	if sub == "accept" && req.dryRun {
 		printDryRun(stdout, g.group, views)
 	} else if sub == "accept" {
-		if err := postgres.RefuseDuringHeal(ctx, g.positions.Pool, g.group); err != nil {
+		if err := postgres.RefuseDuringHeal(ctx, g.positions.DB, g.group); err != nil {
 			return fmt.Errorf("positions accept: %w", err)
 		}
 		targets := map[int]int64{}
@@ -242,7 +242,7 @@ func (g groupPositions) run(ctx context.Context, logger *slog.Logger, stdout io.
 		}
 	}
 	printPositions(stdout, g.group, g.topic, views)
-	gate, err := postgres.HealStore{DB: g.positions.Pool, Group: g.group, Topic: g.topic}.Gate(ctx)
+	gate, err := postgres.NewHealStore(g.positions.DB, g.group, g.topic).Gate(ctx)
 	if err != nil {
 		return schemaHint(err)
 	}

@@ -74,7 +74,7 @@ func TestPositionsShowAndAccept(t *testing.T) {
 	// The database: 0 behind at 5, 1 ahead at 25, 2 and 3 untracked.
 	produceTo(t, ctx, brokers, topic, map[int]int{0: 10, 1: 20, 2: 7})
 	commitOffsets(t, ctx, brokers, group, topic, map[int]int64{0: 10, 1: 20, 2: 7})
-	pos := &postgres.Positions{Pool: pool}
+	pos := &postgres.Positions{DB: postgres.FromPool(pool)}
 	if err := pos.Advance(ctx, group, topic, map[int]int64{0: 5, 1: 25}); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestPositionsAcceptLeavesLossesAndWaitsForTheHeal(t *testing.T) {
 	if err != nil || res.Topics[topic][0].Error != nil {
 		t.Fatalf("marked commit: %v %+v", err, res)
 	}
-	if err := (&postgres.Positions{Pool: pool}).Advance(ctx, group, topic, map[int]int64{0: 5, 1: 5}); err != nil {
+	if err := (&postgres.Positions{DB: postgres.FromPool(pool)}).Advance(ctx, group, topic, map[int]int64{0: 5, 1: 5}); err != nil {
 		t.Fatal(err)
 	}
 	cmd := func(args ...string) (string, error) {

@@ -14,8 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/postgres"
@@ -25,9 +23,9 @@ import (
 // completer builds the ledger completer of the service and of reconcile;
 // its sends are recorded under sender, from host; paused is its check of
 // an operator's pause (billing.Completer.Paused).
-func completer(cfg config, pool *pgxpool.Pool, charger billing.Charger, logger *slog.Logger, sender, host string, paused func() bool) *billing.Completer {
+func completer(cfg config, db *postgres.DB, charger billing.Charger, logger *slog.Logger, sender, host string, paused func() bool) *billing.Completer {
 	return &billing.Completer{
-		Sessions: postgres.NewSessions(pool), Charger: charger, After: cfg.CompleterAfter, BlockAfter: cfg.ClaimBlockAfter,
+		Sessions: postgres.NewSessions(db), Charger: charger, After: cfg.CompleterAfter, BlockAfter: cfg.ClaimBlockAfter,
 		DBTimeout: cfg.DBTimeout, Now: time.Now, Logger: logger, Sends: cfg.sends(host), Sender: sender, Paused: paused,
 	}
 }
@@ -70,21 +68,21 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	defer closeCharger()
-	pool, err := openPool(ctx, cfg)
+	db, err := connectDB(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := schemaCurrent(ctx, pool); err != nil {
+	defer db.Close()
+	if err := schemaCurrent(ctx, db); err != nil {
 		return err
 	}
 	if !*dryRun {
-		if err := postgres.RefuseDuringHeal(ctx, pool, cfg.KafkaGroupID); err != nil {
+		if err := postgres.RefuseDuringHeal(ctx, db, cfg.KafkaGroupID); err != nil {
 			return fmt.Errorf("reconcile: %w", err)
 		}
 	}
-	paused := &reconcilePause{ctx: ctx, pool: pool, group: cfg.KafkaGroupID, timeout: cfg.DBTimeout}
-	rep, err := completer(cfg, pool, charger, logger, billing.SenderReconcile, hostname(), paused.paused).RunOnce(ctx, billing.PassOptions{OlderThan: *olderThan, DryRun: *dryRun, ListBlocked: true})
+	paused := &reconcilePause{ctx: ctx, db: db, group: cfg.KafkaGroupID, timeout: cfg.DBTimeout}
+	rep, err := completer(cfg, db, charger, logger, billing.SenderReconcile, hostname(), paused.paused).RunOnce(ctx, billing.PassOptions{OlderThan: *olderThan, DryRun: *dryRun, ListBlocked: true})
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
@@ -105,7 +103,7 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 // never asks.
 type reconcilePause struct {
 	ctx     context.Context
-	pool    *pgxpool.Pool
+	db      *postgres.DB
 	group   string
 	timeout time.Duration
 	state   pause.State // the last read
@@ -115,11 +113,11 @@ type reconcilePause struct {
 func (p *reconcilePause) paused() bool {
 	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
 	defer cancel()
-	p.state, p.err = pause.Get(ctx, p.pool, p.group)
+	p.state, p.err = postgres.PauseOf(ctx, p.db, p.group)
 	if p.err == nil {
 		// A failover heal that began since reconcile started holds it as
 		// a pause does (the service's own completer skips its passes).
-		p.err = postgres.RefuseDuringHeal(ctx, p.pool, p.group)
+		p.err = postgres.RefuseDuringHeal(ctx, p.db, p.group)
 	}
 	return p.err != nil || p.state.Paused
 }

@@ -56,9 +56,9 @@ func (s *service) loops() []loop.Loop {
 	cfg := s.cfg
 	client := &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Transport: s.kconns.Transport, Timeout: 10 * time.Second}
 	warn := func(msg string, args ...any) loop.Log { return loop.Log{Level: slog.LevelWarn, Msg: msg, Args: args} }
-	maintain := maintainer(cfg, s.pool, s.logger)
+	maintain := maintainer(cfg, s.db, s.logger)
 	lagGauges := s.m.Lag(cfg.KafkaTopic, cfg.KafkaGroupID, 3*cfg.KafkaLagInterval, time.Now)
-	completerTick, completerPass := completer(cfg, s.pool, s.payer.ForBilling(), s.logger, billing.SenderCompleter, s.replica, s.paused).
+	completerTick, completerPass := completer(cfg, s.db, s.payer.ForBilling(), s.logger, billing.SenderCompleter, s.replica, s.paused).
 		Passes(cfg.CompleterInterval, s.completerPass)
 	lagLog, backlogLog := warn("consumer lag unavailable"), warn("dead-letter backlog unavailable", "topic", cfg.KafkaDLQTopic)
 	lagLog.Every, backlogLog.Every = time.Minute, 10*time.Minute
@@ -100,7 +100,7 @@ const healWatchInterval = time.Second
 // healWatch is the heal watch loop's pass (heal.Healer.Watch) and keeps
 // billing_failover_healing.
 func (s *service) healWatch(ctx context.Context) error {
-	err := s.heal.Watch(ctx, postgres.HealStore{DB: s.pool, Group: s.cfg.KafkaGroupID, Topic: s.cfg.KafkaTopic})
+	err := s.heal.Watch(ctx, postgres.NewHealStore(s.db, s.cfg.KafkaGroupID, s.cfg.KafkaTopic))
 	if s.heal.Up() {
 		s.healGauge.Set(1)
 	} else {

@@ -12,14 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/consumer"
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
@@ -51,14 +49,14 @@ type service struct {
 	pause   *pause.Watcher
 	kconns  *kafkaconn.Conns
 	// heal is the failover heal: its check runs on every new connection
-	// of pool, its gate holds the consumer and the loops that bill.
+	// of db's pool, its gate holds the consumer and the loops that bill.
 	heal      *heal.Healer
 	healGauge prometheus.Gauge // billing_failover_healing
 	// consumerRef is consumer for the heal's hooks, which the pool's
 	// connections may call before newBilling has set consumer.
 	consumerRef atomic.Pointer[consumer.Consumer]
 
-	pool     *pgxpool.Pool
+	db       *postgres.DB
 	payer    *payment.Client
 	handler  *pipeline.Handler
 	consumer *consumer.Consumer
@@ -119,17 +117,17 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 	id := replicaID()
 	s.replica = id
 	s.heal = s.newHealer(id)
-	if s.pool, err = newPool(ctx, cfg, postgres.HealOnConnect(s.heal, cfg.KafkaGroupID, cfg.KafkaTopic)); err != nil {
+	if s.db, err = openDB(ctx, cfg, postgres.WithHeal(s.heal, cfg.KafkaGroupID, cfg.KafkaTopic)); err != nil {
 		return nil, err
 	}
-	s.onClose(s.pool.Close)
-	s.heal.SetStore(postgres.HealStore{DB: s.pool, Group: cfg.KafkaGroupID, Topic: cfg.KafkaTopic})
+	s.onClose(s.db.Close)
+	s.heal.SetStore(postgres.NewHealStore(s.db, cfg.KafkaGroupID, cfg.KafkaTopic))
 	s.pause = pauseWatcher(s)
 	s.guard = &schemaGuard{
 		register: func(ctx context.Context) error {
-			return migrations.Register(ctx, s.pool, id, version, cfg.KafkaGroupID)
+			return postgres.RegisterReplica(ctx, s.db, id, version, cfg.KafkaGroupID)
 		},
-		deregister: func(ctx context.Context) error { return migrations.Deregister(ctx, s.pool, id) },
+		deregister: func(ctx context.Context) error { return postgres.DeregisterReplica(ctx, s.db, id) },
 		refuse:     s.refuse,
 	}
 
@@ -210,7 +208,7 @@ func (s *service) newHealer(id string) *heal.Healer {
 // defers and dead-letters around it, and the consumer that feeds it.
 func (s *service) newBilling(id string, dlqWriter *dlq.Writer, tracer trace.Tracer, propagator propagation.TextMapPropagator) error {
 	cfg := s.cfg
-	svc, err := billing.New(billing.Config{Store: postgres.NewStore(s.pool), Charger: s.payer.ForBilling(), Group: cfg.KafkaGroupID,
+	svc, err := billing.New(billing.Config{Store: postgres.NewStore(s.db), Charger: s.payer.ForBilling(), Group: cfg.KafkaGroupID,
 		Now: time.Now, Logger: s.logger, DBTimeout: cfg.DBTimeout, ClaimBlockAfter: cfg.ClaimBlockAfter, Sends: cfg.sends(id), Paused: s.paused})
 	if err != nil {
 		return err
@@ -232,7 +230,7 @@ func (s *service) newBilling(id string, dlqWriter *dlq.Writer, tracer trace.Trac
 	ccfg := cfg.consumerConfig()
 	ccfg.Dialer, ccfg.Transport, ccfg.Logger, ccfg.Pause, ccfg.OnAssign = s.kconns.Dialer, s.kconns.Transport, s.logger, s.pause.Gate, s.ctl.Owned
 	ccfg.OnCommit = s.m.Commit(cfg.KafkaTopic, cfg.KafkaGroupID, time.Now)
-	ccfg.Positions, ccfg.OnPositionsFailed = &postgres.Positions{Pool: s.pool}, metrics.NewPositionWritesFailed(s.reg).Inc
+	ccfg.Positions, ccfg.OnPositionsFailed = &postgres.Positions{DB: s.db}, metrics.NewPositionWritesFailed(s.reg).Inc
 	ccfg.Gate = s.heal
 	if s.consumer, err = consumer.New(ccfg, s.handler.Handle); err != nil {
 		return err

@@ -54,7 +54,7 @@ func TestCloseWaitsForAConsumerPastTheShutdownBound(t *testing.T) {
 		time.Sleep(1500 * time.Millisecond)
 		pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer pcancel()
-		if err := s.pool.Ping(pctx); err != nil {
+		if err := s.db.Ping(pctx); err != nil {
 			pingErr.Store(err)
 		}
 		ended.Store(true)

@@ -33,7 +33,7 @@ func (s *service) readyCheck(ctx context.Context) error {
 	if r := s.ready.get(); r != "" {
 		return errors.New(r)
 	}
-	if err := s.pool.Ping(ctx); err != nil {
+	if err := s.db.Ping(ctx); err != nil {
 		return errors.New("database unreachable")
 	}
 	if !s.consumer.Joined() {
@@ -68,7 +68,7 @@ func (s *service) startup(ctx context.Context) error {
 	}{
 		// Kafka first: credentials it refuses end the process at once.
 		{"Kafka", s.checkKafka},
-		{"the database", func(ctx context.Context) error { return s.pool.Ping(ctx) }},
+		{"the database", func(ctx context.Context) error { return s.db.Ping(ctx) }},
 		{"the schema", s.guard.check},
 		// Logged and exported, never waited for: see checkDurability.
 		{"the database's durability", s.checkDurability},
@@ -76,7 +76,7 @@ func (s *service) startup(ctx context.Context) error {
 		// fetches nothing.
 		{"the pause state", s.pause.Refresh},
 		{"dedup partition maintenance", func(ctx context.Context) error {
-			p, err := maintainer(s.cfg, s.pool, s.logger).RunOnce(ctx)
+			p, err := maintainer(s.cfg, s.db, s.logger).RunOnce(ctx)
 			if err == nil {
 				s.m.DedupPass(p.Partitions)
 			}

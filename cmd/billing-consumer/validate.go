@@ -11,11 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/billing-consumer/billing-consumer/internal/payment"
-	"github.com/billing-consumer/billing-consumer/internal/redact"
+	"github.com/billing-consumer/billing-consumer/internal/postgres"
 )
 
 // validate checks the settings a command uses and returns every problem:
@@ -213,30 +210,9 @@ func (c config) validateDatabaseURL(v problem) {
 		v("DATABASE_URL", "not a postgres:// URL or key=value connection string")
 		return
 	}
-	if _, err := pgxpool.ParseConfig(u); err != nil {
-		v("DATABASE_URL", "%s", connStringProblem(u, err))
+	if err := postgres.ValidateURL(u); err != nil {
+		v("DATABASE_URL", "%s", err)
 	}
-}
-
-// connStringProblem is what pgx says is wrong with the connection string
-// conn, without the string itself: pgx's ParseConfigError quotes it
-// (passwords masked on a best-effort basis only) before its message.
-func connStringProblem(conn string, err error) string {
-	msg := err.Error()
-	var pe *pgconn.ParseConfigError
-	if errors.As(err, &pe) {
-		if i := strings.LastIndex(msg, "`: "); i >= 0 {
-			msg = msg[i+len("`: "):]
-		} else {
-			msg = "not a valid connection string"
-		}
-	}
-	for _, pw := range redact.Passwords(conn) {
-		if strings.Contains(msg, pw) {
-			return "not a valid connection string"
-		}
-	}
-	return msg
 }
 
 // readable reports the file of BILLING_<name> when it is set and cannot be

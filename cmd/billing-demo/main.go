@@ -26,7 +26,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
@@ -244,13 +243,7 @@ func startSimulator(plan harness.Plan, latency time.Duration) (sim *paysim.Sim, 
 
 // verify checks SPEC §9 on the database at dbURL and the topics.
 func verify(ctx context.Context, dbURL string, check harness.Check) (harness.Report, error) {
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return harness.Report{}, err
-	}
-	defer pool.Close()
-	check.DB = pool
-	return harness.Verify(ctx, check)
+	return harness.VerifyAt(ctx, dbURL, check)
 }
 
 func waitDrained(ctx context.Context, brokers []string, proc *harness.Process) error {

@@ -1,23 +1,17 @@
 package migrations
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// firstGuarded is the first migration that must declare its lowest
+// FirstGuarded is the first migration that must declare its lowest
 // compatible binary: 00004 created the record (schema_compat).
-const firstGuarded = 4
+const FirstGuarded = 4
 
 // ReplicaStaleAfter is how old a replica's heartbeat may be, by the
 // database's clock, before `migrate` no longer counts it as running (a
@@ -32,11 +26,11 @@ const (
 // schema level that may run against the schema once it is applied.
 var directive = regexp.MustCompile(`(?m)^-- lowest-compatible-binary: ([0-9]+)[ \t]*$`)
 
-// lowestBinaries reads, from each migration of fsys from firstGuarded on,
+// LowestBinaries reads, from each migration of fsys from FirstGuarded on,
 // its lowest-compatible-binary line. Each must have exactly one, naming a
 // level no higher than its own version (a binary that embeds a migration
-// must be able to run on it).
-func lowestBinaries(fsys fs.FS) (map[int64]int64, error) {
+// must be able to run on it). fsys is FS, or a test's set of files.
+func LowestBinaries(fsys fs.FS) (map[int64]int64, error) {
 	names, err := fs.Glob(fsys, "*.sql")
 	if err != nil {
 		return nil, err
@@ -47,7 +41,7 @@ func lowestBinaries(fsys fs.FS) (map[int64]int64, error) {
 		if err != nil {
 			return nil, err
 		}
-		if v < firstGuarded {
+		if v < FirstGuarded {
 			continue
 		}
 		b, err := fs.ReadFile(fsys, n)
@@ -113,7 +107,7 @@ func (e *IncompatibleError) Error() string {
 
 // Level is this binary's schema level: the highest migration it embeds.
 func Level() int64 {
-	names, err := fs.Glob(files, "*.sql")
+	names, err := fs.Glob(FS, "*.sql")
 	if err != nil {
 		panic(err) // a constant pattern
 	}
@@ -133,7 +127,7 @@ func Level() int64 {
 // migrations declare (the record only rises). A binary of a lower level
 // must be stopped before this one's migrate (stop-then-start).
 func LowestCompatible() int64 {
-	low, err := lowestBinaries(files)
+	low, err := LowestBinaries(FS)
 	if err != nil {
 		panic(err) // the embedded directives are checked by the tests
 	}
@@ -143,100 +137,3 @@ func LowestCompatible() int64 {
 	}
 	return out
 }
-
-// q is what CheckCompat needs of a pool or a transaction.
-type q interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// CheckCompat reads the schema version and its lowest compatible binary,
-// for a binary of level Level(). It only reads; share makes it lock the
-// record (FOR SHARE) so that a `migrate` raising it waits for the caller's
-// transaction.
-func CheckCompat(ctx context.Context, db q, share bool) (Compat, error) {
-	c := Compat{Binary: Level()}
-	err := db.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&c.Schema)
-	if undefinedTable(err) {
-		return c, nil
-	}
-	if err != nil {
-		return c, fmt.Errorf("schema version: %w", err)
-	}
-	lock := ""
-	if share {
-		lock = " FOR SHARE"
-	}
-	err = db.QueryRow(ctx, `SELECT lowest_binary FROM schema_compat`+lock).Scan(&c.Lowest)
-	if undefinedTable(err) || errors.Is(err, pgx.ErrNoRows) {
-		return c, nil
-	}
-	if err != nil {
-		return c, fmt.Errorf("lowest compatible binary: %w", err)
-	}
-	return c, nil
-}
-
-func undefinedTable(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
-}
-
-// Replica is a running `billing-consumer run` as it registered itself.
-type Replica struct {
-	ID, Version, Group string
-	Level              int64
-	Seen               time.Duration // since its last heartbeat
-}
-
-// Register checks the schema for this binary and, when the check passes,
-// records (or refreshes) replica id as running this binary, in one
-// transaction that holds the compatibility record FOR SHARE: a `migrate`
-// that raises the record either waits and then sees this registration, or
-// has raised it first and this check fails. Called at start and every
-// HeartbeatInterval; a check that fails leaves no registration behind. The
-// error is Compat.Err's when the schema does not accept this binary.
-func Register(ctx context.Context, pool *pgxpool.Pool, id, version, group string) error {
-	// A first look without the lock: a schema behind this binary may
-	// have no tables to lock (and a failed statement would abort the
-	// transaction).
-	c, err := CheckCompat(ctx, pool, false)
-	if err != nil {
-		return err
-	}
-	if err := c.Err(); err != nil {
-		if c.Schema >= firstGuarded {
-			if derr := Deregister(ctx, pool, id); derr != nil {
-				return derr
-			}
-		}
-		return err
-	}
-	var refused error
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		c, err := CheckCompat(ctx, tx, true)
-		if err != nil {
-			return err
-		}
-		if refused = c.Err(); refused != nil {
-			_, err := tx.Exec(ctx, `DELETE FROM billing_replica WHERE replica_id = $1`, id)
-			return err
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO billing_replica (replica_id, binary_level, version, consumer_group)
-			VALUES ($1, $2, $3, $4)
-			ON CONFLICT (replica_id) DO UPDATE SET binary_level = $2, version = $3, consumer_group = $4, heartbeat_at = now()`,
-			id, c.Binary, version, group)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return refused
-}
-
-// Deregister deletes replica id's registration: it no longer bills.
-func Deregister(ctx context.Context, pool *pgxpool.Pool, id string) error {
-	_, err := pool.Exec(ctx, `DELETE FROM billing_replica WHERE replica_id = $1`, id)
-	return err
-}
-
-func secondsDuration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

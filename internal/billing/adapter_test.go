@@ -9,6 +9,6 @@ import (
 
 // The adapter, for billing's internal tests (see billing.StoreOn).
 func init() {
-	billing.StoreOn = func(db billing.TestDB) billing.TestStore { return postgres.NewStore(db) }
-	billing.SessionsOn = func(pool *pgxpool.Pool) billing.Sessions { return postgres.NewSessions(pool) }
+	billing.StoreOn = func(db billing.TestDB) billing.TestStore { return postgres.NewStoreOn(db) }
+	billing.SessionsOn = func(pool *pgxpool.Pool) billing.Sessions { return postgres.NewSessions(postgres.FromPool(pool)) }
 }

@@ -11,12 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/billing"
 	"github.com/billing-consumer/billing-consumer/internal/events"
 	"github.com/billing-consumer/billing-consumer/internal/payment"
 	"github.com/billing-consumer/billing-consumer/internal/postgres"
 	"github.com/billing-consumer/billing-consumer/internal/postgres/dedup"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/migrate"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/paysim"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
@@ -54,7 +54,7 @@ func benchPool(b *testing.B, maxConns int32) (*pgxpool.Pool, *statementCounter) 
 		b.Fatal(err)
 	}
 	b.Cleanup(pool.Close)
-	if _, err := migrations.Up(ctx, pool, discard()); err != nil {
+	if _, err := migrate.Up(ctx, pool, discard()); err != nil {
 		b.Fatal(err)
 	}
 	m := &dedup.Maintainer{Pool: pool, Retention: 7 * 24 * time.Hour, Ahead: 3, LockTimeout: time.Second,
@@ -83,7 +83,7 @@ func benchEvents(n int, first int64) []events.OrderConfirmed {
 
 func benchService(b *testing.B, pool *pgxpool.Pool) *billing.Service {
 	b.Helper()
-	svc, err := billing.New(billing.Config{Store: postgres.NewStore(pool), Charger: instantCharger, Group: group, Now: time.Now,
+	svc, err := billing.New(billing.Config{Store: postgres.NewStoreOn(pool), Charger: instantCharger, Group: group, Now: time.Now,
 		Logger: discard(), DBTimeout: 10 * time.Second})
 	if err != nil {
 		b.Fatal(err)
@@ -201,7 +201,7 @@ func BenchmarkBatcherHTTP(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, err := billing.New(billing.Config{Store: postgres.NewStore(pool), Charger: client.ForBilling(), Group: group, Now: time.Now,
+	svc, err := billing.New(billing.Config{Store: postgres.NewStoreOn(pool), Charger: client.ForBilling(), Group: group, Now: time.Now,
 		Logger: discard(), DBTimeout: 10 * time.Second})
 	if err != nil {
 		b.Fatal(err)

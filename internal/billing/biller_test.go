@@ -43,7 +43,7 @@ func forEachBiller(t *testing.T, f func(t *testing.T, k billerKind)) {
 
 // biller returns an implementation of kind k over db and c, with the
 // tests' clock.
-func (e *env) biller(t *testing.T, k billerKind, db postgres.DB, c billing.Charger) biller {
+func (e *env) biller(t *testing.T, k billerKind, db postgres.Conn, c billing.Charger) biller {
 	t.Helper()
 	return e.billerOf(t, k, newService(t, db, c))
 }

@@ -66,9 +66,9 @@ func newEnv(t *testing.T, token string) *env {
 	return &env{pool: pool, sim: sim, client: client, charger: charger, svc: newService(t, pool, charger), declined: map[int64]bool{}}
 }
 
-func newService(t *testing.T, db postgres.DB, c billing.Charger) *billing.Service {
+func newService(t *testing.T, db postgres.Conn, c billing.Charger) *billing.Service {
 	t.Helper()
-	svc, err := billing.New(billing.Config{Store: postgres.NewStore(db), Charger: c, Group: group,
+	svc, err := billing.New(billing.Config{Store: postgres.NewStoreOn(db), Charger: c, Group: group,
 		Now: func() time.Time { return now }, Logger: discard(), DBTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

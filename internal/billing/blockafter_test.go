@@ -39,7 +39,7 @@ func TestCompleterDoesNotResendPastBlockAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.age(t, 25*time.Hour)
-	c := &billing.Completer{Sessions: postgres.NewSessions(e.pool), Charger: client.ForBilling(), After: time.Minute, BlockAfter: time.Hour,
+	c := &billing.Completer{Sessions: postgres.NewSessions(postgres.FromPool(e.pool)), Charger: client.ForBilling(), After: time.Minute, BlockAfter: time.Hour,
 		Now: func() time.Time { return now }, Logger: discard()}
 	rep, err := c.RunOnce(context.Background(), billing.PassOptions{})
 	if err != nil {
@@ -76,7 +76,7 @@ func TestRedeliveryDoesNotResendAClaimPastBlockAfter(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.age(t, 25*time.Hour)
-		later, err := billing.New(billing.Config{Store: postgres.NewStore(e.pool), Charger: client.ForBilling(), Group: group, Logger: discard(),
+		later, err := billing.New(billing.Config{Store: postgres.NewStoreOn(e.pool), Charger: client.ForBilling(), Group: group, Logger: discard(),
 			Now: func() time.Time { return now }, DBTimeout: 5 * time.Second, ClaimBlockAfter: time.Hour})
 		if err != nil {
 			t.Fatal(err)

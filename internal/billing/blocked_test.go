@@ -77,7 +77,7 @@ func (e *env) operator(t *testing.T, order int64, action billing.OperatorAction)
 	if action == billing.ActionMarkCharged {
 		req.ChargeID = "ch_by_operator"
 	}
-	if _, err := billing.ApplyOperator(context.Background(), postgres.NewStore(e.pool), discard(), req); err != nil {
+	if _, err := billing.ApplyOperator(context.Background(), postgres.NewStoreOn(e.pool), discard(), req); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -172,7 +172,7 @@ func TestAnEventBehindItsOwnBlockedClaimIsChargedAfterTheRelease(t *testing.T) {
 	ev := event(77231, 1500)
 	e.pendingClaim(t, ev, paysim.Faults{ErrorRate: 1})
 	e.age(t, 2*time.Hour)
-	svc, err := billing.New(billing.Config{Store: postgres.NewStore(e.pool), Charger: e.charger, Group: group, Logger: discard(),
+	svc, err := billing.New(billing.Config{Store: postgres.NewStoreOn(e.pool), Charger: e.charger, Group: group, Logger: discard(),
 		Now: func() time.Time { return now }, DBTimeout: 5 * time.Second, ClaimBlockAfter: time.Hour})
 	if err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ func (e *env) pendingClaim(t *testing.T, ev events.OrderConfirmed, f paysim.Faul
 func (e *env) completer(t *testing.T, c billing.Charger, age time.Duration) *billing.Completer {
 	t.Helper()
 	e.age(t, age)
-	return &billing.Completer{Sessions: postgres.NewSessions(e.pool), Charger: c, After: time.Minute, BlockAfter: time.Hour,
+	return &billing.Completer{Sessions: postgres.NewSessions(postgres.FromPool(e.pool)), Charger: c, After: time.Minute, BlockAfter: time.Hour,
 		Now: func() time.Time { return now }, Logger: discard()}
 }
 
@@ -163,7 +163,7 @@ func TestSkewedReplicaClocksAgreeOnClaimAges(t *testing.T) {
 		t.Run(skew.String(), func(t *testing.T) {
 			e := newEnv(t, "secret-token")
 			ev := event(9500, 700)
-			skewed, err := billing.New(billing.Config{Store: postgres.NewStore(e.pool), Charger: e.charger, Group: group, Logger: discard(),
+			skewed, err := billing.New(billing.Config{Store: postgres.NewStoreOn(e.pool), Charger: e.charger, Group: group, Logger: discard(),
 				Now: func() time.Time { return time.Now().Add(skew) }, DBTimeout: 5 * time.Second, ClaimBlockAfter: time.Hour})
 			if err != nil {
 				t.Fatal(err)
@@ -173,7 +173,7 @@ func TestSkewedReplicaClocksAgreeOnClaimAges(t *testing.T) {
 				t.Fatalf("charge: %v; want transient", err)
 			}
 			e.sim.SetFaults(paysim.Faults{})
-			c := &billing.Completer{Sessions: postgres.NewSessions(e.pool), Charger: e.charger, After: time.Second, BlockAfter: time.Hour,
+			c := &billing.Completer{Sessions: postgres.NewSessions(postgres.FromPool(e.pool)), Charger: e.charger, After: time.Second, BlockAfter: time.Hour,
 				Now: time.Now, Logger: discard()}
 			var rep billing.PassReport
 			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {

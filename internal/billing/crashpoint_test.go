@@ -215,7 +215,7 @@ func interleave(t *testing.T, e *env, kind billerKind, order int64, i, j int) {
 func (e *env) completePass(t *testing.T, age time.Duration) billing.PassReport {
 	t.Helper()
 	e.age(t, age)
-	c := &billing.Completer{Sessions: postgres.NewSessions(e.pool), Charger: e.charger, After: time.Minute, BlockAfter: time.Hour,
+	c := &billing.Completer{Sessions: postgres.NewSessions(postgres.FromPool(e.pool)), Charger: e.charger, After: time.Minute, BlockAfter: time.Hour,
 		Now: func() time.Time { return now }, Logger: discard()}
 	rep, err := c.RunOnce(context.Background(), billing.PassOptions{})
 	if err != nil {

@@ -523,7 +523,7 @@ func TestADeferredEventBehindABlockedClaimWaitsForTheOperator(t *testing.T) {
 			e.inFlightOver(t, order) // the operator waits for decide_after (SPEC §11 I5)
 			req := billing.OperatorRequest{OrderID: order, Action: action, Operator: "test", Reason: "provider checked",
 				ProviderHoldsNoCharge: action == billing.ActionRelease, ChargeID: map[bool]string{true: "ch_by_operator"}[action == billing.ActionMarkCharged]}
-			if _, err := billing.ApplyOperator(ctx, postgres.NewStore(e.pool), discard(), req); err != nil {
+			if _, err := billing.ApplyOperator(ctx, postgres.NewStoreOn(e.pool), discard(), req); err != nil {
 				t.Fatal(err)
 			}
 			e.decideAll(t, h)

@@ -45,7 +45,7 @@ var (
 )
 
 // TestDB is a pool or a transaction, as the adapter takes it
-// (postgres.DB).
+// (postgres.Conn).
 type TestDB = interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)

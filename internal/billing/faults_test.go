@@ -120,7 +120,7 @@ func TestSilentConnectionFailsWithinTheDeadline(t *testing.T) {
 	}
 	u.Host = proxy.addr
 	pool := pgtest.Open(t, u.String())
-	svc, err := billing.New(billing.Config{Store: postgres.NewStore(pool), Group: group, Now: func() time.Time { return now },
+	svc, err := billing.New(billing.Config{Store: postgres.NewStoreOn(pool), Group: group, Now: func() time.Time { return now },
 		Logger: discard(), DBTimeout: time.Second,
 		Charger: chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
 			r, err := e.charger.Charge(ctx, ch)

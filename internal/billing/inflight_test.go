@@ -86,7 +86,7 @@ func TestNoReleaseUnderTheCreatorsRetryInFlight(t *testing.T) {
 		}
 		req := billing.OperatorRequest{OrderID: order, Action: billing.ActionRelease, Operator: "oncall",
 			Reason: "provider shows no charge for the key", ProviderHoldsNoCharge: true}
-		_, relErr := billing.ApplyOperator(context.Background(), postgres.NewStore(e.pool), discard(), req)
+		_, relErr := billing.ApplyOperator(context.Background(), postgres.NewStoreOn(e.pool), discard(), req)
 		if !errors.Is(relErr, billing.ErrUnsafe) {
 			t.Errorf("claim release while the creator's retry is in flight: %v; want refused (ErrUnsafe)", relErr)
 		}
@@ -125,7 +125,7 @@ func TestTheCreatorsRetriesRecordTheirSends(t *testing.T) {
 		deadlines = append(deadlines, dl)
 		return billing.ChargeResult{}, fault.Errorf(fault.Transient, "502 from the gateway")
 	})
-	svc, err := billing.New(billing.Config{Store: postgres.NewStore(e.pool), Charger: fail, Group: group, Now: func() time.Time { return now },
+	svc, err := billing.New(billing.Config{Store: postgres.NewStoreOn(e.pool), Charger: fail, Group: group, Now: func() time.Time { return now },
 		Logger: discard(), DBTimeout: 5 * time.Second, Sends: billing.SendConfig{Deadline: d, ProviderMaxProcessing: bound, Host: "pod-a"}})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ FROM charge WHERE order_id = $1`, ev.OrderID).Scan(&until, &after, &sends); err 
 		}
 		untils = append(untils, until)
 	}
-	sends, err := billing.ClaimSends(ctx, postgres.NewStore(e.pool), ev.OrderID, mustShow(t, e, ev.OrderID))
+	sends, err := billing.ClaimSends(ctx, postgres.NewStoreOn(e.pool), ev.OrderID, mustShow(t, e, ev.OrderID))
 	if err != nil || len(sends) != 3 || !sends[0].FirstSend || sends[0].Host != "pod-a" || sends[1].Sender != billing.SenderCreator || sends[1].FirstSend {
 		t.Fatalf("ClaimSends = %+v, %v; want the first send and two creator retries from pod-a", sends, err)
 	}
@@ -163,7 +163,7 @@ FROM charge WHERE order_id = $1`, ev.OrderID).Scan(&until, &after, &sends); err 
 
 func mustShow(t *testing.T, e *env, order int64) *billing.OperatorClaim {
 	t.Helper()
-	cl, _, err := billing.ShowClaim(context.Background(), postgres.NewStore(e.pool), order)
+	cl, _, err := billing.ShowClaim(context.Background(), postgres.NewStoreOn(e.pool), order)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestOperatorRefusedUntilDecideAfter(t *testing.T) {
 WHERE order_id = $1 RETURNING decide_after`, req.OrderID).Scan(&want); err != nil {
 			t.Fatal(err)
 		}
-		_, err := billing.ApplyOperator(ctx, postgres.NewStore(pool), discard(), req)
+		_, err := billing.ApplyOperator(ctx, postgres.NewStoreOn(pool), discard(), req)
 		var inFlight *billing.InFlightError
 		if !errors.As(err, &inFlight) || !errors.Is(err, billing.ErrUnsafe) || !inFlight.AllowedAt.Equal(want) ||
 			inFlight.Wait < 14*time.Minute || inFlight.Wait > 15*time.Minute {
@@ -199,7 +199,7 @@ WHERE order_id = $1 RETURNING decide_after`, req.OrderID).Scan(&want); err != ni
 		if _, err := pool.Exec(ctx, `UPDATE charge SET in_flight_until = now() - interval '6 minutes', decide_after = now() - interval '1 second' WHERE order_id = $1`, req.OrderID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := billing.ApplyOperator(ctx, postgres.NewStore(pool), discard(), req); err != nil {
+		if _, err := billing.ApplyOperator(ctx, postgres.NewStoreOn(pool), discard(), req); err != nil {
 			t.Fatalf("%s once decide_after has passed: %v", req.Action, err)
 		}
 	}
@@ -219,7 +219,7 @@ func TestOperatorRefusedWhileAnOldReplicaRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := billing.OperatorRequest{OrderID: order, Action: billing.ActionRelease, Operator: "alice", Reason: "provider has no charge", ProviderHoldsNoCharge: true}
-	if _, err := billing.ApplyOperator(ctx, postgres.NewStore(pool), discard(), req); !errors.Is(err, billing.ErrUnsafe) {
+	if _, err := billing.ApplyOperator(ctx, postgres.NewStoreOn(pool), discard(), req); !errors.Is(err, billing.ErrUnsafe) {
 		t.Fatalf("release while a level-8 replica heartbeats: %v; want refused", err)
 	} else {
 		t.Logf("refused: %v", err)
@@ -233,13 +233,13 @@ func TestOperatorRefusedWhileAnOldReplicaRuns(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE billing_replica SET heartbeat_at = now() - interval '2 minutes' WHERE replica_id = 'old-1'`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := billing.ApplyOperator(ctx, postgres.NewStore(pool), discard(), req); !errors.Is(err, billing.ErrUnsafe) {
+	if _, err := billing.ApplyOperator(ctx, postgres.NewStoreOn(pool), discard(), req); !errors.Is(err, billing.ErrUnsafe) {
 		t.Fatalf("release 2 minutes after an old replica's last heartbeat, within the provider's bound: %v; want refused", err)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE billing_replica SET heartbeat_at = now() - interval '7 minutes' WHERE replica_id = 'old-1'`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := billing.ApplyOperator(ctx, postgres.NewStore(pool), discard(), req); err != nil {
+	if _, err := billing.ApplyOperator(ctx, postgres.NewStoreOn(pool), discard(), req); err != nil {
 		t.Fatalf("release once the old replica's heartbeat is stale and the provider's bound over: %v", err)
 	}
 }
@@ -283,7 +283,7 @@ VALUES ('old-1', 8, 'v-old', 'g', now() - interval '61 seconds')`); err != nil {
 	}
 	req := billing.OperatorRequest{OrderID: order, Action: billing.ActionRelease, Operator: "alice",
 		Reason: "provider shows no charge yet", ProviderHoldsNoCharge: true}
-	if _, err := billing.ApplyOperator(ctx, postgres.NewStore(pool), discard(), req); err == nil {
+	if _, err := billing.ApplyOperator(ctx, postgres.NewStoreOn(pool), discard(), req); err == nil {
 		st, _ := opStatus(t, pool, order)
 		t.Fatalf("release allowed (claim now %s) 61 s after the last heartbeat of a level-8 replica that sends unrecorded, "+
 			"while the provider may still take its last request for up to 5 minutes (the claim's recorded bound): "+

@@ -122,9 +122,9 @@ func opName(sql string) string {
 	return sql
 }
 
-// faultDB is a postgres.DB whose operations go through an injector.
+// faultDB is a postgres.Conn whose operations go through an injector.
 type faultDB struct {
-	db postgres.DB
+	db postgres.Conn
 	in *injector
 }
 

@@ -85,7 +85,7 @@ func TestOperatorTransitions(t *testing.T) {
 			}
 			req := tc.req
 			req.OrderID = order
-			before, err := billing.ApplyOperator(context.Background(), postgres.NewStore(pool), logger, req)
+			before, err := billing.ApplyOperator(context.Background(), postgres.NewStoreOn(pool), logger, req)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("ApplyOperator = %v; want %v", err, tc.wantErr)
 			}
@@ -118,11 +118,11 @@ func TestOperatorAuditTrail(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ev := opClaim(t, pool, 7001, "blocked")
 	start := time.Now().Add(-time.Minute)
-	if _, err := billing.ApplyOperator(ctx, postgres.NewStore(pool), logger, billing.OperatorRequest{OrderID: 7001, Action: billing.ActionRelease,
+	if _, err := billing.ApplyOperator(ctx, postgres.NewStoreOn(pool), logger, billing.OperatorRequest{OrderID: 7001, Action: billing.ActionRelease,
 		Operator: "bob", Host: "pod-1", Reason: "INC-42: provider has no charge", ProviderHoldsNoCharge: true}); err != nil {
 		t.Fatal(err)
 	}
-	cl, trail, err := billing.ShowClaim(ctx, postgres.NewStore(pool), 7001)
+	cl, trail, err := billing.ShowClaim(ctx, postgres.NewStoreOn(pool), 7001)
 	if !errors.Is(err, billing.ErrNoClaim) || cl != nil {
 		t.Fatalf("ShowClaim after release = %+v, %v; want ErrNoClaim", cl, err)
 	}
@@ -143,11 +143,11 @@ func TestOperatorAuditTrail(t *testing.T) {
 	}
 
 	opClaim(t, pool, 7002, "pending")
-	if _, err := billing.ApplyOperator(ctx, postgres.NewStore(pool), logger, billing.OperatorRequest{OrderID: 7002, Action: billing.ActionMarkCharged,
+	if _, err := billing.ApplyOperator(ctx, postgres.NewStoreOn(pool), logger, billing.OperatorRequest{OrderID: 7002, Action: billing.ActionMarkCharged,
 		Operator: "bob", Reason: "provider shows ch_9", ChargeID: "ch_9"}); err != nil {
 		t.Fatal(err)
 	}
-	cl, trail, err = billing.ShowClaim(ctx, postgres.NewStore(pool), 7002)
+	cl, trail, err = billing.ShowClaim(ctx, postgres.NewStoreOn(pool), 7002)
 	if err != nil || cl.Status != "charged" || cl.ProviderChargeID != "ch_9" || len(trail) != 1 {
 		t.Fatalf("ShowClaim = %+v, %+v, %v", cl, trail, err)
 	}
@@ -179,7 +179,7 @@ func TestOperatorLosesToConcurrentSettle(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := billing.ApplyOperator(ctx, postgres.NewStore(pool), logger, billing.OperatorRequest{OrderID: 7100, Action: billing.ActionMarkCharged,
+		_, err := billing.ApplyOperator(ctx, postgres.NewStoreOn(pool), logger, billing.OperatorRequest{OrderID: 7100, Action: billing.ActionMarkCharged,
 			Operator: "carol", Reason: "r", ChargeID: "ch_other"})
 		done <- err
 	}()
@@ -230,7 +230,7 @@ VALUES ($1, $2, 'ch_stray', 'creator', $3, 'pending')`, order, uuid.Must(uuid.Ne
 	}
 	release := billing.OperatorRequest{OrderID: order, Action: billing.ActionRelease, Operator: "alice",
 		Reason: "the provider shows no charge for this claim's key", ProviderHoldsNoCharge: true}
-	_, err = billing.ApplyOperator(ctx, postgres.NewStore(pool), logger, release)
+	_, err = billing.ApplyOperator(ctx, postgres.NewStoreOn(pool), logger, release)
 	if !errors.Is(err, billing.ErrUnsafe) {
 		t.Fatalf("release of a claim whose order has a stray charge: err %v, want an ErrUnsafe refusal", err)
 	}
@@ -239,7 +239,7 @@ VALUES ($1, $2, 'ch_stray', 'creator', $3, 'pending')`, order, uuid.Must(uuid.Ne
 	}
 	mark := billing.OperatorRequest{OrderID: order, Action: billing.ActionMarkCharged, Operator: "alice",
 		Reason: "the provider shows ch_stray", ChargeID: "ch_stray"}
-	if _, err := billing.ApplyOperator(ctx, postgres.NewStore(pool), logger, mark); err != nil {
+	if _, err := billing.ApplyOperator(ctx, postgres.NewStoreOn(pool), logger, mark); err != nil {
 		t.Fatalf("mark-charged of the same claim: %v", err)
 	}
 	if st, id := opStatus(t, pool, order); st != "charged" || id != "ch_stray" {

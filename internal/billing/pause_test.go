@@ -96,7 +96,7 @@ func TestPauseCaughtBeforeTheRequests(t *testing.T) {
 		e := newEnv(t, "secret-token")
 		var sent atomic.Int32
 		var pause pauseSwitch
-		svc, err := billing.New(billing.Config{Store: postgres.NewStore(e.pool), Charger: countingCharger(e.charger, &sent), Group: group,
+		svc, err := billing.New(billing.Config{Store: postgres.NewStoreOn(e.pool), Charger: countingCharger(e.charger, &sent), Group: group,
 			Now: func() time.Time { return now }, Logger: discard(), DBTimeout: 5 * time.Second, Paused: pause.paused})
 		if err != nil {
 			t.Fatal(err)

@@ -330,7 +330,7 @@ func TestCompleterSendsWhileTheCreatorReleasesTheClaim(t *testing.T) {
 		var firstErr error
 		finished := false
 		e.age(t, 2*time.Minute) // the claim looks old: a stalled creator
-		c := &billing.Completer{Sessions: postgres.NewSessions(e.pool), After: time.Minute, BlockAfter: time.Hour, Logger: discard(),
+		c := &billing.Completer{Sessions: postgres.NewSessions(postgres.FromPool(e.pool)), After: time.Minute, BlockAfter: time.Hour, Logger: discard(),
 			Now: func() time.Time { return now },
 			Charger: chargerFunc(func(ctx context.Context, ch billing.ChargeRequest) (billing.ChargeResult, error) {
 				if isCompanion(ch.IdempotencyKey) {

@@ -187,7 +187,7 @@ func TestA2xxForAnotherEventsPendingClaimBlocksIt(t *testing.T) {
 		if o.err != nil || o.res.Outcome != billing.Charged {
 			t.Errorf("the first event: %+v, %v; want charged (its key was charged)", o.res, o.err)
 		}
-		cl, _, err := billing.ShowClaim(ctx, postgres.NewStore(e.pool), ev.OrderID)
+		cl, _, err := billing.ShowClaim(ctx, postgres.NewStoreOn(e.pool), ev.OrderID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/billing-consumer/billing-consumer/db/migrations"
 	"github.com/billing-consumer/billing-consumer/internal/heal"
 	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 	"github.com/billing-consumer/billing-consumer/internal/postgres"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/migrate"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/kafkatest"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
@@ -71,7 +71,7 @@ func newWorld(t *testing.T, recs []rec) *world {
 	}
 	w.dbURL = pgtest.NewDatabase(t)
 	w.db = pgtest.Open(t, w.dbURL)
-	if _, err := migrations.Up(context.Background(), w.db, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if _, err := migrate.Up(context.Background(), w.db, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	return w
@@ -156,7 +156,7 @@ func TestCheckInstallsTheGateOnTheFirstConnection(t *testing.T) {
 VALUES (3, $1, 42, 99.90, 'charged', gen_random_uuid())`, recs[2].event); err != nil {
 		t.Fatal(err)
 	}
-	positions := &postgres.Positions{Pool: w.db}
+	positions := &postgres.Positions{DB: postgres.FromPool(w.db)}
 	// The database kept p0's position 1 and p1's 0; Kafka has p0 committed
 	// at 3 (marked: lost), p1 at 1 with its frontier at 3.
 	if err := positions.Advance(ctx, w.group, w.topic, map[int]int64{0: 1, 1: 0}); err != nil {
@@ -203,7 +203,7 @@ VALUES (3, $1, 42, 99.90, 'charged', gen_random_uuid())`, recs[2].event); err !=
 // loss, whatever the positions say.
 func TestCheckIgnoresUnmarkedCommits(t *testing.T) {
 	w := newWorld(t, []rec{{0, 1, uuid.Must(uuid.NewV7())}, {0, 1, uuid.Must(uuid.NewV7())}})
-	if err := (&postgres.Positions{Pool: w.db}).Advance(context.Background(), w.group, w.topic, map[int]int64{0: 0}); err != nil {
+	if err := (&postgres.Positions{DB: postgres.FromPool(w.db)}).Advance(context.Background(), w.group, w.topic, map[int]int64{0: 0}); err != nil {
 		t.Fatal(err)
 	}
 	w.commit(t, map[int]int64{0: 2}, nil)

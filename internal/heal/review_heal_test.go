@@ -27,7 +27,7 @@ func TestWatchFindsALossTheConnectionsMissed(t *testing.T) {
 	ev := func() uuid.UUID { return uuid.Must(uuid.NewV7()) }
 	w := newWorld(t, []rec{{0, 1, ev()}, {0, 2, ev()}, {0, 3, ev()}, {0, 4, ev()}})
 	ctx := context.Background()
-	if err := (&postgres.Positions{Pool: w.db}).Advance(ctx, w.group, w.topic, map[int]int64{0: 1}); err != nil {
+	if err := (&postgres.Positions{DB: postgres.FromPool(w.db)}).Advance(ctx, w.group, w.topic, map[int]int64{0: 1}); err != nil {
 		t.Fatal(err)
 	}
 	w.commit(t, map[int]int64{0: 1}, map[int]kafkagroup.Mark{0: {Frontier: 10, Since: 0}})

@@ -21,10 +21,10 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/postgres/dedup"
 )
 
-// DB is what the Store needs of Postgres: *pgxpool.Pool is one, and so is
-// a pgx.Tx (the conformance test runs each statement in one it rolls
-// back). Each call may run on a different connection.
-type DB interface {
+// Conn is what the Store needs of Postgres: the *pgxpool.Pool inside a
+// DB is one, and so is a pgx.Tx (the conformance test runs each statement
+// in one it rolls back). Each call may run on a different connection.
+type Conn interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -36,11 +36,15 @@ type DB interface {
 // (classifyDB); the operator's errors are the database's as they are. It
 // is safe for concurrent use when db is a pool.
 type Store struct {
-	db DB
+	db Conn
 }
 
 // NewStore returns the Store on db.
-func NewStore(db DB) *Store { return &Store{db: db} }
+func NewStore(db *DB) *Store { return &Store{db: db.pool} }
+
+// NewStoreOn returns the Store on c: a pool or a transaction its caller
+// holds (tests, and tools that hold a pool).
+func NewStoreOn(c Conn) *Store { return &Store{db: c} }
 
 // The claim statements run outside any transaction: each commits on its
 // own, before the provider is called. They sort their rows so concurrent

@@ -26,7 +26,7 @@ import (
 // and the drain's final one (the shutdown's).
 func TestPositionsAfterADrainEqualTheCommittedOffsets(t *testing.T) {
 	ctx := testContext(t)
-	pos := &postgres.Positions{Pool: pgtest.NewPool(t)}
+	pos := &postgres.Positions{DB: postgres.FromPool(pgtest.NewPool(t))}
 	brokers := kafkatest.Brokers(t)
 	topic, group := kafkatest.UniqueName("positions"), kafkatest.UniqueName("positions-group")
 	kafkatest.CreateTopic(t, brokers, topic, 3)
@@ -87,7 +87,7 @@ func produce(t *testing.T, brokers []string, topic string, counts map[int]int) {
 // the committed offsets.
 func TestPositionsAcrossARebalanceEqualTheCommittedOffsets(t *testing.T) {
 	ctx := testContext(t)
-	pos := &postgres.Positions{Pool: pgtest.NewPool(t)}
+	pos := &postgres.Positions{DB: postgres.FromPool(pgtest.NewPool(t))}
 	brokers := kafkatest.Brokers(t)
 	topic, group := kafkatest.UniqueName("positions-rebalance"), kafkatest.UniqueName("positions-rebalance-group")
 	kafkatest.CreateTopic(t, brokers, topic, 4)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/heal"
 )
@@ -31,7 +30,12 @@ type HealStore struct {
 	Group, Topic string
 }
 
-// HealOnConnect returns the pool's AfterConnect: h's check on the new
+// NewHealStore is the HealStore of group and topic on db.
+func NewHealStore(db *DB, group, topic string) HealStore {
+	return HealStore{DB: db.pool, Group: group, Topic: topic}
+}
+
+// HealOnConnect returns the pool's AfterConnect (Open's WithHeal): h's check on the new
 // connection, before pgx hands it to anyone (docs/design.md, "The heal").
 // The server's identity is its postmaster's start time: a promoted
 // standby, a restored backup and a restarted server each have another.
@@ -45,8 +49,7 @@ func HealOnConnect(h *heal.Healer, group, topic string) func(context.Context, *p
 			return fmt.Errorf("failover heal check: the database server's identity: %w", err)
 		}
 		err := h.Check(ctx, HealStore{DB: conn, Group: group, Topic: topic}, server)
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		if UndefinedTable(err) {
 			return nil
 		}
 		if err != nil {
@@ -277,12 +280,11 @@ var ErrHealing = errors.New("a failover heal is in progress (billing-consumer po
 // re-decides (claim release and mark-charged, reconcile, positions
 // accept) wait for the lift, as the service's own loops that bill do. A
 // schema without heal_range has no heal.
-func RefuseDuringHeal(ctx context.Context, pool *pgxpool.Pool, group string) error {
+func RefuseDuringHeal(ctx context.Context, db *DB, group string) error {
 	var up bool
-	err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM heal_range WHERE consumer_group = $1 AND lifted_at IS NULL)`, group).Scan(&up)
-	var pgErr *pgconn.PgError
+	err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM heal_range WHERE consumer_group = $1 AND lifted_at IS NULL)`, group).Scan(&up)
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "42P01":
+	case UndefinedTable(err):
 		return nil
 	case err != nil:
 		return fmt.Errorf("read the failover heal's gate: %w", err)

@@ -20,7 +20,7 @@ func TestHealStoreInstallsOnceBlocksAndLifts(t *testing.T) {
 	ctx := testContext(t)
 	pool := pgtest.NewPool(t)
 	st := postgres.HealStore{DB: pool, Group: "g", Topic: "t"}
-	positions := &postgres.Positions{Pool: pool}
+	positions := &postgres.Positions{DB: postgres.FromPool(pool)}
 	if err := positions.Advance(ctx, "g", "t", map[int]int64{0: 100, 1: 50}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,16 +9,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/db/migrations"
 )
 
-// Positions is the consumer_position table on a pool: how far the
+// Positions is the consumer_position table on DB: how far the
 // database holds the decisions of each partition (docs/design.md,
 // "Positions"). It implements consumer.Positions. Safe for concurrent use.
 type Positions struct {
-	Pool *pgxpool.Pool
+	DB *DB
 }
 
 // advanceSQL moves each given partition's position forward, never back:
@@ -42,7 +41,7 @@ func (p *Positions) Advance(ctx context.Context, group, topic string, offsets ma
 		return nil
 	}
 	parts, nexts := columns(offsets)
-	if _, err := p.Pool.Exec(ctx, advanceSQL, group, topic, parts, nexts); err != nil {
+	if _, err := p.DB.pool.Exec(ctx, advanceSQL, group, topic, parts, nexts); err != nil {
 		return fmt.Errorf("advance positions of %s/%s: %w", group, topic, err)
 	}
 	return nil
@@ -70,7 +69,7 @@ type Position struct {
 // List returns group's positions of topic by partition; a partition
 // without a row (not tracked yet) is absent.
 func (p *Positions) List(ctx context.Context, group, topic string) (map[int]Position, error) {
-	rows, err := p.Pool.Query(ctx, `SELECT partition, next_offset, written_at FROM consumer_position
+	rows, err := p.DB.pool.Query(ctx, `SELECT partition, next_offset, written_at FROM consumer_position
 WHERE consumer_group = $1 AND topic = $2`, group, topic)
 	if err != nil {
 		return nil, fmt.Errorf("read positions of %s/%s: %w", group, topic, err)
@@ -114,7 +113,7 @@ func (p *Positions) Accept(ctx context.Context, group, topic string, targets map
 		return nil, ErrNoAudit
 	}
 	var out []Accepted
-	err := pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, p.DB.pool, func(tx pgx.Tx) error {
 		out = out[:0]
 		for _, id := range slices.Sorted(maps.Keys(targets)) {
 			acc, err := acceptOne(ctx, tx, group, topic, id, targets[id], a)
@@ -176,7 +175,7 @@ const PositionsFrom = 13
 // seen Ns ago)": while one runs, the group's committed offsets may be
 // ahead of the positions by its commits, not by a loss.
 func (p *Positions) Untracked(ctx context.Context, group string) ([]string, error) {
-	rows, err := p.Pool.Query(ctx, `SELECT replica_id || ' (level ' || binary_level || ', seen '
+	rows, err := p.DB.pool.Query(ctx, `SELECT replica_id || ' (level ' || binary_level || ', seen '
 	|| round(extract(epoch FROM now() - heartbeat_at)) || 's ago)'
 FROM billing_replica WHERE consumer_group = $1 AND binary_level < $2 AND heartbeat_at > now() - make_interval(secs => $3)
 ORDER BY replica_id`, group, PositionsFrom, migrations.ReplicaStaleAfter.Seconds())

@@ -38,7 +38,7 @@ func nexts(t *testing.T, ctx context.Context, p *postgres.Positions, group, topi
 // topics are apart.
 func TestPositionsOnlyMoveForward(t *testing.T) {
 	ctx := testContext(t)
-	p := &postgres.Positions{Pool: pgtest.NewPool(t)}
+	p := &postgres.Positions{DB: postgres.FromPool(pgtest.NewPool(t))}
 	steps := []struct {
 		write map[int]int64
 		want  map[int]int64
@@ -70,7 +70,7 @@ func TestPositionsOnlyMoveForward(t *testing.T) {
 // offset any writer wrote.
 func TestPositionsConcurrentWritersKeepTheHighest(t *testing.T) {
 	ctx := testContext(t)
-	p := &postgres.Positions{Pool: pgtest.NewPool(t)}
+	p := &postgres.Positions{DB: postgres.FromPool(pgtest.NewPool(t))}
 	const writers, writes, partitions = 8, 40, 6
 	var mu sync.Mutex
 	highest := map[int]int64{}
@@ -114,7 +114,7 @@ func TestPositionsConcurrentWritersKeepTheHighest(t *testing.T) {
 func TestAcceptMovesForwardAndAudits(t *testing.T) {
 	ctx := testContext(t)
 	pool := pgtest.NewPool(t)
-	p := &postgres.Positions{Pool: pool}
+	p := &postgres.Positions{DB: postgres.FromPool(pool)}
 	if err := p.Advance(ctx, "g", "t", map[int]int64{0: 10, 1: 50}); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func equal(a, b map[int]int64) bool {
 // partitions of a replica moving forward, one statement.
 func BenchmarkAdvance(b *testing.B) {
 	ctx := context.Background()
-	p := &postgres.Positions{Pool: pgtest.NewPool(b)}
+	p := &postgres.Positions{DB: postgres.FromPool(pgtest.NewPool(b))}
 	offs := map[int]int64{}
 	next := int64(0)
 	for b.Loop() {

@@ -17,18 +17,18 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/postgres/pglock"
 )
 
-// Sessions implements billing.Sessions on a pool: each session is one
-// of its connections, held for a completer's pass.
+// Sessions implements billing.Sessions on a DB: each session is one of
+// its pool's connections, held for a completer's pass.
 type Sessions struct {
-	pool *pgxpool.Pool
+	db *DB
 }
 
-// NewSessions returns the Sessions of pool.
-func NewSessions(pool *pgxpool.Pool) *Sessions { return &Sessions{pool: pool} }
+// NewSessions returns the Sessions of db.
+func NewSessions(db *DB) *Sessions { return &Sessions{db: db} }
 
 // Acquire takes a connection of the pool for a session.
 func (p *Sessions) Acquire(ctx context.Context) (billing.Session, error) {
-	conn, err := p.pool.Acquire(ctx)
+	conn, err := p.db.pool.Acquire(ctx)
 	if err != nil {
 		return nil, classifyDB(err)
 	}

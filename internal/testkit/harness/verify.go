@@ -63,6 +63,19 @@ type Report struct {
 	Problems       []string
 }
 
+// VerifyAt is Verify with c.DB a pool of its own on the database at
+// dbURL, closed on return: for a caller that holds no pgx pool (the demo,
+// whose package imports no database driver).
+func VerifyAt(ctx context.Context, dbURL string, c Check) (Report, error) {
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return Report{}, err
+	}
+	defer pool.Close()
+	c.DB = pool
+	return Verify(ctx, c)
+}
+
 // OK reports whether every guarantee held.
 func (r Report) OK() bool { return len(r.Problems) == 0 }
 

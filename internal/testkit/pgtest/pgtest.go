@@ -21,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/billing-consumer/billing-consumer/db/migrations"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/migrate"
 )
 
 // EnvURL names the variable holding the URL of a database whose role may
@@ -105,7 +105,7 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 	pool := Open(t, NewDatabase(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := migrations.Up(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if _, err := migrate.Up(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	return pool

@@ -1,4 +1,4 @@
-package migrations
+package migrate
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billing-consumer/billing-consumer/db/migrations"
 )
 
 // BreakingError is UpWith's refusal to apply migration Version, which
@@ -32,10 +34,10 @@ func (e *BreakingError) Error() string {
 // accepts binaries of level low or later, if it records a lower level. It
 // holds the record FOR UPDATE while it reads the running replicas, so a
 // replica registering meanwhile (Register holds it FOR SHARE) is either
-// seen here or sees the raised level. Below firstGuarded there is no
+// seen here or sees the raised level. Below migrations.FirstGuarded there is no
 // record yet: nothing to do.
 func raiseLowest(ctx context.Context, pool *pgxpool.Pool, v, low int64, opts Options, logger *slog.Logger) error {
-	if v <= firstGuarded {
+	if v <= migrations.FirstGuarded {
 		return nil
 	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -49,7 +51,7 @@ func raiseLowest(ctx context.Context, pool *pgxpool.Pool, v, low int64, opts Opt
 		rows, err := tx.Query(ctx, `SELECT replica_id, binary_level, version, consumer_group,
 				extract(epoch FROM now() - heartbeat_at)::float8
 			FROM billing_replica WHERE binary_level < $1 AND heartbeat_at > now() - make_interval(secs => $2)
-			ORDER BY replica_id`, low, ReplicaStaleAfter.Seconds())
+			ORDER BY replica_id`, low, migrations.ReplicaStaleAfter.Seconds())
 		if err != nil {
 			return fmt.Errorf("running replicas: %w", err)
 		}

@@ -1,4 +1,4 @@
-package migrations_test
+package migrate_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/billing-consumer/billing-consumer/db/migrations"
+	"github.com/billing-consumer/billing-consumer/internal/postgres/migrate"
 	"github.com/billing-consumer/billing-consumer/internal/testkit/pgtest"
 )
 
@@ -25,7 +25,7 @@ func TestUpConcurrentAndRepeated(t *testing.T) {
 	for i := range runners {
 		pool := pgtest.Open(t, url) // one pool per "replica"
 		wg.Go(func() {
-			n, err := migrations.Up(context.Background(), pool, logger)
+			n, err := migrate.Up(context.Background(), pool, logger)
 			if err != nil {
 				t.Errorf("runner %d: %v", i, err)
 			}
@@ -37,12 +37,12 @@ func TestUpConcurrentAndRepeated(t *testing.T) {
 	for _, n := range applied {
 		total += n
 	}
-	files, _ := filepath.Glob("*.sql")
+	files, _ := filepath.Glob(sqlFiles)
 	if total != len(files) {
 		t.Fatalf("migrations applied across runners = %v; want each of the %d migrations applied exactly once", applied, len(files))
 	}
 	pool := pgtest.Open(t, url)
-	if n, err := migrations.Up(context.Background(), pool, logger); err != nil || n != 0 {
+	if n, err := migrate.Up(context.Background(), pool, logger); err != nil || n != 0 {
 		t.Fatalf("repeated Up = %d, %v; want 0, nil", n, err)
 	}
 	var tables int
@@ -60,7 +60,7 @@ func TestSchemaVersion(t *testing.T) {
 	pool := pgtest.Open(t, url)
 	ctx := context.Background()
 	want := latestFile(t)
-	c, err := migrations.CheckCompat(ctx, pool, false)
+	c, err := migrate.CheckCompat(ctx, pool, false)
 	cur, latest := c.Schema, c.Binary
 	if err != nil || cur != 0 || latest != want {
 		t.Fatalf("before migrate: CheckCompat = %d, %d, %v; want 0, %d, nil", cur, latest, err, want)
@@ -69,10 +69,10 @@ func TestSchemaVersion(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename = 'goose_db_version'`).Scan(&tables); err != nil || tables != 0 {
 		t.Fatalf("CheckCompat created the goose table (%d, %v)", tables, err)
 	}
-	if _, err := migrations.Up(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if _, err := migrate.Up(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
-	c, err = migrations.CheckCompat(ctx, pool, false)
+	c, err = migrate.CheckCompat(ctx, pool, false)
 	cur, latest = c.Schema, c.Binary
 	if err != nil || cur != latest || latest != want {
 		t.Fatalf("after migrate: CheckCompat = %d, %d, %v; want %d, %d, nil", cur, latest, err, want, want)
@@ -86,7 +86,7 @@ func TestVersions(t *testing.T) {
 	pool := pgtest.Open(t, url)
 	ctx := context.Background()
 	want := latestFile(t)
-	cur, latest, err := migrations.Versions(ctx, pool)
+	cur, latest, err := migrate.Versions(ctx, pool)
 	if err != nil || cur != 0 || latest != want {
 		t.Fatalf("before migrate: Versions = %d, %d, %v; want 0, %d, nil", cur, latest, err, want)
 	}
@@ -94,23 +94,27 @@ func TestVersions(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename = 'goose_db_version'`).Scan(&tables); err != nil || tables != 0 {
 		t.Fatalf("Versions created the goose table (%d, %v)", tables, err)
 	}
-	if _, err := migrations.Up(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if _, err := migrate.Up(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
-	cur, latest, err = migrations.Versions(ctx, pool)
+	cur, latest, err = migrate.Versions(ctx, pool)
 	if err != nil || cur != latest || latest != want {
 		t.Fatalf("after migrate: Versions = %d, %d, %v; want %d, %d, nil", cur, latest, err, want, want)
 	}
 }
+
+// sqlFiles are the migration files on disk, read apart from the embed.
+var sqlFiles = filepath.Join("..", "..", "..", "db", "migrations", "*.sql")
 
 // latestFile is the highest version prefix of the migration files: the
 // numbers may have a gap while parallel branches hold theirs (00010
 // before 00009 is merged).
 func latestFile(t *testing.T) int64 {
 	t.Helper()
-	files, _ := filepath.Glob("*.sql")
+	files, _ := filepath.Glob(sqlFiles)
 	var latest int64
 	for _, f := range files {
+		f = filepath.Base(f)
 		v, err := strconv.ParseInt(f[:strings.IndexByte(f, '_')], 10, 64)
 		if err != nil {
 			t.Fatalf("migration %s: %v", f, err)
