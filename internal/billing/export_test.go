@@ -38,9 +38,9 @@ func ProcessBatch(ctx context.Context, s *Service, evs []events.OrderConfirmed, 
 // billing_test and compiled into the same test binary, sets these to the
 // adapter's constructors before any test runs.
 var (
-	// StoreOn is postgres.NewStore.
+	// StoreOn is postgres.NewStoreOn.
 	StoreOn func(db TestDB) TestStore
-	// SessionsOn is postgres.NewSessions.
+	// SessionsOn is postgres.NewSessions of postgres.FromPool(pool).
 	SessionsOn func(pool *pgxpool.Pool) Sessions
 )
 
