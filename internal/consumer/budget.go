@@ -147,10 +147,11 @@ func (b *budget) charge(partition int, cost int64) bool {
 // most <= maxCost), waiting while least does not fit in the partition's
 // share and most does not fit in the pool, or partitions that asked
 // earlier wait for it. It returns what it charged: most from the pool or
-// the share when they have room, else least once the partition's own
-// releases bring least within its share (so that a partition within its
-// share never waits for the pool, however long others wait for it). It
-// returns ctx's error if ctx ends first, having charged nothing.
+// the share when they have room, else what is left of the share (least or
+// more) once the partition's own releases leave that much (so that a
+// partition within its share never waits for the pool, however long
+// others wait for it). It returns ctx's error if ctx ends first, having
+// charged nothing.
 func (b *budget) reserve(ctx context.Context, partition int, least, most int64) (int64, error) {
 	b.mu.Lock()
 	if got := b.admitsUpTo(partition, least, most); got > 0 {
@@ -178,15 +179,17 @@ func (b *budget) reserve(ctx context.Context, partition int, least, most int64) 
 	return 0, ctx.Err()
 }
 
-// admitsUpTo charges partition most if that needs no wait, else least if
-// it fits in the partition's share, and returns what it charged (0:
-// nothing); b.mu is held.
+// admitsUpTo charges partition most if that needs no wait, else what is
+// left of its share, up to most, if that is least or more, and returns
+// what it charged (0: nothing); b.mu is held.
 func (b *budget) admitsUpTo(partition int, least, most int64) int64 {
-	switch {
-	case b.admits(partition, most):
+	if b.admits(partition, most) {
 		return most
-	case b.extra(partition, least) == 0 && b.charge(partition, least):
-		return least
+	}
+	// As much of the share as is left: a fetcher refetches once per
+	// credit, not once per record.
+	if room := min(b.share-b.used[partition], most); room >= least && b.charge(partition, room) {
+		return room
 	}
 	return 0
 }

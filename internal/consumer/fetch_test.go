@@ -50,9 +50,10 @@ func TestFetchSizeAndSlots(t *testing.T) {
 }
 
 // TestBudgetReserve: reserve charges the most asked for when the share or
-// the pool has room at once, else the least once it fits in the
-// partition's share, which the partition's own releases bring about while
-// others wait for the pool; a waiter for the pool gets the most.
+// the pool has room at once, else what is left of the partition's share
+// once that is the least or more, which the partition's own releases
+// bring about while others wait for the pool; a waiter for the pool gets
+// the most.
 func TestBudgetReserve(t *testing.T) {
 	b := newBudget(1000, 200, []int{0, 1, 2, 3}) // a share of 125 each, a pool of 500
 	ctx := context.Background()
@@ -76,11 +77,11 @@ func TestBudgetReserve(t *testing.T) {
 	if b.tryAcquire(1, 126) {
 		t.Fatal("tryAcquire took from the pool past a waiter")
 	}
-	if got, _ := b.reserve(ctx, 1, 50, 200); got != 50 {
-		t.Fatalf("partition 1 reserved %d with the pool taken and waited for, want the least, 50, from its share", got)
+	if got, _ := b.reserve(ctx, 1, 50, 200); got != 125 {
+		t.Fatalf("partition 1 reserved %d with the pool taken and waited for, want its whole share, 125", got)
 	}
 	// Partition 3 holds 100 of its share and asks for 50 to 200: it waits
-	// until its own release brings 50 within its share.
+	// until its own release leaves 50 of its share, and gets what is left.
 	if !b.tryAcquire(3, 100) {
 		t.Fatal("partition 3 refused its share")
 	}
@@ -94,9 +95,10 @@ func TestBudgetReserve(t *testing.T) {
 		defer b.mu.Unlock()
 		return len(b.waiters) == 2
 	})
-	b.release(3, 30)
-	if got := <-got3; got != 50 {
-		t.Fatalf("partition 3 got %d after its own release, want 50", got)
+	b.release(3, 20) // 45 left: not yet
+	b.release(3, 10)
+	if got := <-got3; got != 55 {
+		t.Fatalf("partition 3 got %d after its own releases, want the 55 left of its share", got)
 	}
 	b.release(0, 425)
 	if got := <-granted; got != 200 {
