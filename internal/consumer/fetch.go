@@ -57,7 +57,8 @@ func (p *partitionState) fetch(offset int64) (<-chan fetchedMsg, func()) {
 //     that does not, it drops the rest of the response (Kafka keeps the
 //     records), gives the slot back, and only then waits for credit (see
 //     budget.reserve): room for a maximal record from the pool, in FIFO
-//     order, or for that record within its share, whichever comes first.
+//     order, or what its own releases leave of its share once that holds
+//     the record, whichever comes first.
 //     The next fetch, from that record, spends the credit first: a
 //     backlog is decoded again about once per maximal record's worth of
 //     records, not once per record. A slot thus passes on after one
@@ -168,8 +169,8 @@ func (f *fetcher) trySlot() bool {
 // handOver hands over the records of batch while each fits the budget at
 // once, and closes it. It returns the cost of the record that did not fit
 // (the connection is then positioned at it again), 0 when the batch was
-// read to its end or a pause began. Leftover credit is
-// given back: a quiet partition holds none.
+// read to its end or a pause began. Leftover credit is given back: a
+// quiet partition holds none.
 func (f *fetcher) handOver(ctx context.Context, batch *kafka.Batch) (int64, error) {
 	b := f.p.budget
 	defer func() {
