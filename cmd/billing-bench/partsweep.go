@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/billing-consumer/billing-consumer/internal/testkit/harness"
 )
@@ -30,11 +33,33 @@ type batching struct {
 }
 
 // batchings are the producers of the sweep, each a row at every partition
-// count. Large batches (1 MiB, a few ms of linger, as franz-go's defaults
-// or a Java producer's batch.size=1MB) belong here beside kafka-go's small
-// ones.
+// count: kafka-go's small batches, and large ones as franz-go's defaults
+// make them (see produceLarge).
 var batchings = []batching{
 	{"small batches (kafka-go, 500 records)", harness.Produce},
+	{"large batches (1 MB, 10 ms linger, snappy)", produceLarge},
+}
+
+// produceLarge writes recs as franz-go's producer does with its defaults
+// (v1.22: record batches up to 1,000,012 bytes, 10 ms of linger, snappy),
+// which a Java producer with batch.size=1MB, a linger and compression
+// resembles: kafka-go's writer with those limits, given the whole backlog
+// in one call so that each partition's batch fills up to the limit (fed a
+// thousand at a time, as harness.Produce is, a batch of a 160-partition
+// topic gets about six records). Partitioned as harness.Produce does.
+func produceLarge(ctx context.Context, brokers []string, topic string, recs []kafka.Message) error {
+	tr := &kafka.Transport{} // not the default one: see harness.Produce
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{
+		Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
+		BatchBytes: 1_000_012, BatchSize: len(recs), BatchTimeout: 10 * time.Millisecond,
+		Compression: kafka.Snappy, Transport: tr,
+	}
+	defer w.Close()
+	if err := w.WriteMessages(ctx, recs...); err != nil {
+		return fmt.Errorf("produce to %s: %w", topic, err)
+	}
+	return nil
 }
 
 // runPartitions drains the sweep's backlog at every partition count with

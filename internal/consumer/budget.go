@@ -38,6 +38,10 @@ const entryCost = 64
 // A record costs at most maxCost, and the pool holds at least maxCost, so
 // every record can eventually be admitted. budget is safe for concurrent
 // use.
+//
+// The budget also bounds what fetching holds outside it (see fetcher):
+// each fetch asks the broker for at most fetchBytes, and only as many
+// partitions as there are slots decode a fetched response at once.
 type budget struct {
 	mu      sync.Mutex
 	share   int64 // reserved for each partition
@@ -48,14 +52,23 @@ type budget struct {
 	// same by partition (a partition's one fetch waits at most once).
 	waiters []*budgetWaiter
 	waiting map[int]*budgetWaiter
+
+	// fetchBytes is what one fetch of a partition asks the broker for
+	// (see fetchSize).
+	fetchBytes int
+	// slots holds a token for each partition allowed to decode a fetched
+	// response at once (see fetchSlots); Go's channels wake waiting
+	// receivers in the order they came, so slots are granted FIFO.
+	slots chan struct{}
 }
 
-// budgetWaiter is a partition's fetch waiting for room; granted is closed
-// once its cost is charged.
+// budgetWaiter is a partition's fetch waiting for room (see reserve);
+// granted is closed once got, least or most, is charged.
 type budgetWaiter struct {
-	partition int
-	cost      int64
-	granted   chan struct{}
+	partition   int
+	least, most int64
+	got         int64
+	granted     chan struct{}
 }
 
 // newBudget splits total among partitions; maxCost is what the largest
@@ -63,9 +76,40 @@ type budgetWaiter struct {
 func newBudget(total, maxCost int64, partitions []int) *budget {
 	n := int64(max(len(partitions), 1))
 	pool := max(total/2, min(maxCost, total))
-	b := &budget{share: (total - pool) / n, maxCost: maxCost, used: make(map[int]int64, n), waiting: make(map[int]*budgetWaiter, n)}
+	b := &budget{share: (total - pool) / n, maxCost: maxCost, used: make(map[int]int64, n), waiting: make(map[int]*budgetWaiter, n),
+		fetchBytes: fetchSize(total, maxCost, len(partitions)), slots: make(chan struct{}, fetchSlots(total, maxCost))}
 	b.free = total - b.share*n
+	for range cap(b.slots) {
+		b.slots <- struct{}{}
+	}
 	return b
+}
+
+// minFetchBytes is the least a fetch asks for: below it, a partition's
+// fetches would cost more round trips than the memory they save.
+const minFetchBytes = 16 << 10
+
+// fetchSize is what one fetch of a partition asks the broker for: the
+// budget's share of each of the partitions, at least minFetchBytes, at
+// most a maximal record (maxCost less RecordOverhead). A fetch's response
+// waits in the partition's socket until it is decoded, so the partitions'
+// fetches together ask for about the budget, not a maximal record each.
+// Kafka still returns a whole record batch larger than that, alone (how a
+// record larger than the share is fetched).
+func fetchSize(total, maxCost int64, partitions int) int {
+	largest := maxCost - RecordOverhead
+	return int(min(largest, max(total/int64(max(partitions, 1)), minFetchBytes)))
+}
+
+// fetchSlots is how many partitions may decode a fetched response at
+// once: a quarter of the budget's maximal records, at least one. Decoding
+// a compressed record batch holds it whole, decompressed (kafka-go grows
+// a buffer to four times the compressed batch, or twice the decompressed
+// one): up to about 4 × maxCost a slot, so the slots hold at most about
+// the budget again, whatever the partition count or the producers'
+// batching.
+func fetchSlots(total, maxCost int64) int {
+	return int(max(1, total/(4*maxCost)))
 }
 
 // cost is what msg costs in flight: its bytes plus RecordOverhead, capped
@@ -99,22 +143,28 @@ func (b *budget) charge(partition int, cost int64) bool {
 	return true
 }
 
-// acquire charges cost to partition, waiting while it does not fit or
-// while partitions that asked earlier wait for the pool. It returns ctx's
-// error if ctx ends first, having charged nothing.
-func (b *budget) acquire(ctx context.Context, partition int, cost int64) error {
+// reserve charges partition at least least and at most most (least <=
+// most <= maxCost), waiting while least does not fit in the partition's
+// share and most does not fit in the pool, or partitions that asked
+// earlier wait for it. It returns what it charged: most from the pool or
+// the share when they have room, else what is left of the share (least or
+// more) once the partition's own releases leave that much (so that a
+// partition within its share never waits for the pool, however long
+// others wait for it). It returns ctx's error if ctx ends first, having
+// charged nothing.
+func (b *budget) reserve(ctx context.Context, partition int, least, most int64) (int64, error) {
 	b.mu.Lock()
-	if (len(b.waiters) == 0 || b.extra(partition, cost) == 0) && b.charge(partition, cost) {
+	if got := b.admitsUpTo(partition, least, most); got > 0 {
 		b.mu.Unlock()
-		return nil
+		return got, nil
 	}
-	w := &budgetWaiter{partition: partition, cost: cost, granted: make(chan struct{})}
+	w := &budgetWaiter{partition: partition, least: least, most: most, granted: make(chan struct{})}
 	b.waiters = append(b.waiters, w)
 	b.waiting[partition] = w
 	b.mu.Unlock()
 	select {
 	case <-w.granted:
-		return nil
+		return w.got, nil
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
@@ -122,11 +172,41 @@ func (b *budget) acquire(ctx context.Context, partition int, cost int64) error {
 	if b.waiting[partition] == w {
 		b.remove(w)
 		b.grantPool() // w may have held up those behind it
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
 	// Granted just as ctx ended: give it back.
-	b.releaseLocked(partition, cost)
-	return ctx.Err()
+	b.releaseLocked(partition, w.got)
+	return 0, ctx.Err()
+}
+
+// admitsUpTo charges partition most if that needs no wait, else what is
+// left of its share, up to most, if that is least or more, and returns
+// what it charged (0: nothing); b.mu is held.
+func (b *budget) admitsUpTo(partition int, least, most int64) int64 {
+	if b.admits(partition, most) {
+		return most
+	}
+	// As much of the share as is left: a fetcher refetches once per
+	// credit, not once per record.
+	if room := min(b.share-b.used[partition], most); room >= least && b.charge(partition, room) {
+		return room
+	}
+	return 0
+}
+
+// tryAcquire charges cost to partition if that takes no waiting: within
+// its share, or from the pool while no partition waits for it. It reports
+// whether it charged.
+func (b *budget) tryAcquire(partition int, cost int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.admits(partition, cost)
+}
+
+// admits charges cost to partition if it fits without overtaking a
+// partition waiting for the pool; b.mu is held.
+func (b *budget) admits(partition int, cost int64) bool {
+	return (len(b.waiters) == 0 || b.extra(partition, cost) == 0) && b.charge(partition, cost)
 }
 
 // remove takes w out of the waiters; b.mu is held.
@@ -167,9 +247,11 @@ func (b *budget) releaseLocked(partition int, cost int64) {
 	cost = min(cost, u)
 	b.free += b.borrowed(u) - b.borrowed(u-cost)
 	b.used[partition] = u - cost
-	if w := b.waiting[partition]; w != nil && b.extra(partition, w.cost) == 0 && b.charge(partition, w.cost) {
-		b.remove(w)
-		close(w.granted)
+	if w := b.waiting[partition]; w != nil {
+		if w.got = b.admitsUpTo(partition, w.least, w.most); w.got > 0 {
+			b.remove(w)
+			close(w.granted)
+		}
 	}
 	b.grantPool()
 }
@@ -177,8 +259,9 @@ func (b *budget) releaseLocked(partition int, cost int64) {
 // grantPool admits the waiters for the pool in the order they asked, while
 // the first fits; b.mu is held.
 func (b *budget) grantPool() {
-	for len(b.waiters) > 0 && b.charge(b.waiters[0].partition, b.waiters[0].cost) {
+	for len(b.waiters) > 0 && b.charge(b.waiters[0].partition, b.waiters[0].most) {
 		w := b.waiters[0]
+		w.got = w.most
 		b.waiters[0] = nil
 		b.waiters = b.waiters[1:]
 		delete(b.waiting, w.partition)

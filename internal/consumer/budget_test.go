@@ -13,6 +13,12 @@ import (
 	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
 )
 
+// acquire charges exactly cost to partition (see reserve).
+func (b *budget) acquire(ctx context.Context, partition int, cost int64) error {
+	_, err := b.reserve(ctx, partition, cost, cost)
+	return err
+}
+
 // acquired reports whether acquire for partition returns within a short
 // wait (true) or is still waiting (false, and the wait is abandoned).
 func acquired(t *testing.T, b *budget, partition int, cost int64) bool {

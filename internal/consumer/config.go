@@ -60,9 +60,10 @@ type Config struct {
 	RebalanceTimeout  time.Duration // zero: kafka-go's default (30s)
 	HeartbeatInterval time.Duration // zero: kafka-go's default (3s)
 	// MaxRecordBytes is the largest record expected, and the most one
-	// fetch of a partition asks for (Kafka still returns a larger record,
-	// alone; the budget counts it as a maximal one). Zero: 1 MiB, Kafka's
-	// default largest record.
+	// fetch of a partition asks for (less with many partitions: the
+	// budget's share of each; Kafka still returns a larger record batch,
+	// alone; the budget counts a larger record as a maximal one). Zero: 1
+	// MiB, Kafka's default largest record.
 	MaxRecordBytes int
 	// PartitionWatchInterval is how often the topic's partition count is
 	// re-read: partitions added while the consumer runs are rebalanced
@@ -80,8 +81,8 @@ type Config struct {
 	// Pause, when set, pauses fetching: it returns a channel that is closed
 	// while the consumer may fetch (see internal/postgres/pause). While it is open
 	// the partitions fetch nothing and start no record, but stay assigned,
-	// and finish and commit the records already running. (kafka-go's
-	// reader may still prefetch into its bounded queue.)
+	// and finish and commit the records already running. (A fetch under
+	// way when the pause begins is dropped, not held: see fetcher.)
 	Pause func() <-chan struct{}
 	// Gate, when set, is the failover heal's hold on the stream (see Gate):
 	// where each partition starts in a generation, and which records wait.

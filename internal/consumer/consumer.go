@@ -25,9 +25,10 @@
 // fetched and not done, and the entries of those done but not yet
 // committable) is bounded by one budget, MaxInFlightBytes, shared fairly
 // among them (see budget), not by a window per partition: it does not grow
-// with the partition count. What each owned partition costs besides is
-// small and fixed (its reader's queue of readerQueue records, its
-// connection and goroutines); docs/operations.md has the whole model.
+// with the partition count, and so is what fetching holds (see fetcher:
+// a few partitions at a time decode a response). What each owned
+// partition costs besides is small and fixed (its connection and
+// goroutines); docs/operations.md has the whole model.
 package consumer
 
 import (

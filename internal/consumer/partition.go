@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
 )
 
 // consumePartition reads one partition from offset until stop ends and
@@ -17,22 +15,13 @@ import (
 // one at a time in offset order, messages with different keys concurrently
 // (bounded by the Concurrency workers shared by all partitions). It reports
 // the contiguous finished prefix to cm (which commits it), and returns once
-// every message it handed out has completed. It reports false when the
-// partition could not be read at all.
+// every message it handed out has completed. It reports true: its fetcher
+// retries a partition it cannot read rather than give it up.
 //
 // Only this goroutine touches the partition's state (offsets, key queues);
 // workers report back on a channel.
 func (c *Consumer) consumePartition(stop, genWork context.Context, cm *committer, b *budget, partition int, offset int64) bool {
 	log := c.cfg.Logger.With("topic", c.cfg.Topic, "partition", partition)
-	r, err := kafkagroup.OpenPartition(kafkagroup.ReaderConfig{Brokers: c.cfg.Brokers, Topic: c.cfg.Topic,
-		Partition: partition, Dialer: c.cfg.Dialer, MaxBytes: c.cfg.MaxRecordBytes, Logger: log,
-		QueueCapacity: readerQueue}, offset)
-	if err != nil {
-		log.Error("set start offset", "offset", offset, "err", err)
-		return false
-	}
-	defer r.Close()
-
 	// work is the handlers' context: it outlives stop by DrainTimeout, so
 	// in-flight charges can finish and be committed during a rebalance or
 	// shutdown instead of being abandoned half-way (unless Abandon cancels
@@ -47,8 +36,8 @@ func (c *Consumer) consumePartition(stop, genWork context.Context, cm *committer
 
 	p := newPartitionState(c, cm, b, partition, log, stop, work)
 	defer b.releaseAll(partition)
-	fetched, stopFetch := p.fetch(r)
-	defer stopFetch() // before the reader closes
+	fetched, stopFetch := p.fetch(offset)
+	defer stopFetch()
 
 	for p.run(fetched) {
 	}
@@ -61,15 +50,6 @@ func (c *Consumer) consumePartition(stop, genWork context.Context, cm *committer
 	}
 	return true
 }
-
-// readerQueue is the kafka-go reader's queue of decoded records waiting
-// for FetchMessage (its QueueCapacity; kafka-go's default is 100). They
-// are outside the budget, so each owned partition may hold this many
-// records (plus the one its fetch holds while it waits for the budget):
-// small, so that a quiet partition costs little and most of what is
-// fetched is bounded by the budget. A busy partition loses nothing by it:
-// its reader refills the queue while the records before run.
-const readerQueue = 8
 
 // partitionState is the bookkeeping of one partition's consumption.
 type partitionState struct {
@@ -262,62 +242,6 @@ func insertReady(ready []kafka.Message, msg kafka.Message) []kafka.Message {
 		return cmp.Compare(m.Offset, off)
 	})
 	return slices.Insert(ready, i, msg)
-}
-
-// fetchedMsg is a fetched record and what the budget charged for it.
-type fetchedMsg struct {
-	msg  kafka.Message
-	cost int64
-}
-
-// fetch reads the partition in its own goroutine, so that completions and
-// interval commits go on while no message arrives. Each record is charged
-// to the budget before it is handed over; while the budget has no room
-// for it, the goroutine waits and the partition fetches nothing more.
-// stopFetch ends it and waits for it.
-func (p *partitionState) fetch(r *kafka.Reader) (<-chan fetchedMsg, func()) {
-	fetched := make(chan fetchedMsg)
-	ctx, cancel := context.WithCancel(p.stop)
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		defer close(fetched)
-		for {
-			if !p.gateOpen(ctx) {
-				return
-			}
-			msg, err := r.FetchMessage(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				p.log.Warn("fetch failed", "err", err)
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(250 * time.Millisecond):
-				}
-				continue
-			}
-			// A pause that began while the fetch waited holds the
-			// record back: it is not started, and if the partition is
-			// revoked meanwhile it is redelivered.
-			if !p.gateOpen(ctx) {
-				return
-			}
-			cost := p.budget.cost(msg)
-			if p.budget.acquire(ctx, p.partition, cost) != nil {
-				return
-			}
-			select {
-			case fetched <- fetchedMsg{msg: msg, cost: cost}:
-			case <-ctx.Done():
-				p.budget.release(p.partition, cost)
-				return
-			}
-		}
-	}()
-	return fetched, func() { cancel(); <-finished }
 }
 
 // blocked returns what the record at offset (the first ready one) waits

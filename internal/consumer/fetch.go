@@ -1,0 +1,266 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/kafkagroup"
+)
+
+// fetchedMsg is a fetched record and what the budget charged for it.
+type fetchedMsg struct {
+	msg  kafka.Message
+	cost int64
+}
+
+// fetchRetry is the wait after a failed fetch or dial before the next.
+const fetchRetry = 250 * time.Millisecond
+
+// fetchTimeout bounds one read from the broker: a fetch's response (beyond
+// the broker's kafkagroup.FetchMaxWait) or the next record of one.
+const fetchTimeout = 10 * time.Second
+
+// fetch reads the partition from offset in its own goroutine, so that
+// completions and interval commits go on while no record arrives, and
+// hands over each record charged to the budget (see fetcher). stopFetch
+// ends it and waits for it; it closes the partition's connection.
+func (p *partitionState) fetch(offset int64) (<-chan fetchedMsg, func()) {
+	fetched := make(chan fetchedMsg)
+	ctx, cancel := context.WithCancel(p.stop)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		defer close(fetched)
+		f := &fetcher{p: p, out: fetched, next: offset}
+		defer f.close()
+		f.run(ctx)
+	}()
+	return fetched, func() { cancel(); <-finished }
+}
+
+// fetcher reads one partition through its own connection to the leader,
+// one fetch at a time, and bounds what its fetches hold by the budget:
+//
+//   - A fetch asks for at most the budget's fetchBytes; the response waits
+//     in the socket, not in memory, until the fetcher decodes it.
+//   - Only a holder of one of the budget's slots decodes a response (a
+//     compressed record batch is held whole, decompressed, while its
+//     records are read). An empty response takes no slot, so a quiet
+//     partition's long poll holds none.
+//   - While it holds a slot the fetcher never waits for the budget: it
+//     hands over each record that fits at once (from its credit, its
+//     share, or the pool when no partition waits for it). At the first
+//     that does not, it drops the rest of the response (Kafka keeps the
+//     records), gives the slot back, and only then waits for credit (see
+//     budget.reserve): room for a maximal record from the pool, in FIFO
+//     order, or what its own releases leave of its share once that holds
+//     the record, whichever comes first.
+//     The next fetch, from that record, spends the credit first: a
+//     backlog is decoded again about once per maximal record's worth of
+//     records, not once per record. A slot thus passes on after one
+//     response's decoding whatever the budget does, and a record larger
+//     than the share is fetched once its credit is granted.
+//
+// Only the partition's fetch goroutine uses a fetcher.
+type fetcher struct {
+	p      *partitionState
+	out    chan<- fetchedMsg
+	conn   *kafka.Conn
+	stopAF func() bool // stops closing conn when the fetch's context ends
+	next   int64       // offset of the next record to fetch
+	credit int64       // charged to the partition for records not yet fetched
+	// behind is whether the last fetch saw records at or after next: the
+	// next fetch takes its slot before it asks.
+	behind bool
+}
+
+// run fetches until ctx ends or a pause that began holds the partition.
+func (f *fetcher) run(ctx context.Context) {
+	for f.p.gateOpen(ctx) {
+		err := f.fetchOnce(ctx)
+		if err == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		f.p.log.Warn("fetch failed", "offset", f.next, "err", err)
+		f.close()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(fetchRetry):
+		}
+	}
+}
+
+// close closes the connection, if any, and gives back the credit.
+func (f *fetcher) close() {
+	f.p.budget.release(f.p.partition, f.credit)
+	f.credit = 0
+	if f.conn != nil {
+		f.stopAF()
+		_ = f.conn.Close()
+		f.conn = nil
+	}
+}
+
+// fetchOnce fetches from f.next and hands over what fits (see fetcher).
+func (f *fetcher) fetchOnce(ctx context.Context) error {
+	if err := f.dial(ctx); err != nil {
+		return err
+	}
+	b := f.p.budget
+	// With records known to wait, the slot comes first and the broker
+	// answers at once; otherwise the long poll holds none.
+	slot, wait := f.behind, kafkagroup.FetchMaxWait
+	if slot {
+		select {
+		case <-b.slots:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		wait = behindMaxWait
+	}
+	_ = f.conn.SetReadDeadline(time.Now().Add(wait + fetchTimeout))
+	batch := f.conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: b.fetchBytes, MaxWait: wait})
+	err := batch.Err()
+	f.behind = err == nil && batch.HighWaterMark() > f.next
+	if !f.behind || !slot && !f.trySlot() {
+		// Empty, failed, or no slot free: kafka-go's batch holds a
+		// buffer of its pool (grown by earlier batches) until closed,
+		// so it is not kept waiting; a response dropped here is
+		// fetched again under a slot.
+		_ = batch.Close()
+		if slot {
+			b.slots <- struct{}{}
+		}
+		return f.fetchError(err)
+	}
+	need, err := f.handOver(ctx, batch)
+	b.slots <- struct{}{}
+	f.behind = batch.HighWaterMark() > f.next
+	if err != nil || need == 0 {
+		return err
+	}
+	got, err := b.reserve(ctx, f.p.partition, need, b.maxCost)
+	f.credit += got
+	return err
+}
+
+// behindMaxWait is the broker's wait for a fetch that expects records: it
+// holds a slot.
+const behindMaxWait = 10 * time.Millisecond
+
+// trySlot takes a slot if one is free.
+func (f *fetcher) trySlot() bool {
+	select {
+	case <-f.p.budget.slots:
+		return true
+	default:
+		return false
+	}
+}
+
+// handOver hands over the records of batch while each fits the budget at
+// once, and closes it. It returns the cost of the record that did not fit
+// (the connection is then positioned at it again), 0 when the batch was
+// read to its end or a pause began. Leftover credit is given back: a
+// quiet partition holds none.
+func (f *fetcher) handOver(ctx context.Context, batch *kafka.Batch) (int64, error) {
+	b := f.p.budget
+	defer func() {
+		b.release(f.p.partition, f.credit)
+		f.credit = 0
+	}()
+	for {
+		_ = f.conn.SetReadDeadline(time.Now().Add(fetchTimeout))
+		msg, err := batch.ReadMessage()
+		if err != nil {
+			cerr := batch.Close()
+			if !errors.Is(err, io.EOF) {
+				return 0, err
+			}
+			f.next = max(f.next, batch.Offset()) // past records kafka-go skips
+			return 0, f.fetchError(cerr)
+		}
+		cost := b.cost(msg)
+		paused := f.p.pausedGate() != nil
+		if paused || !f.take(cost) {
+			// Not handed over: fetched again once there is room (or
+			// the pause ended), or redelivered if the partition is
+			// revoked meanwhile.
+			_ = batch.Close()
+			if _, err := f.conn.Seek(msg.Offset, kafka.SeekAbsolute|kafka.SeekDontCheck); err != nil {
+				return 0, err
+			}
+			f.next = msg.Offset
+			if paused {
+				return 0, nil
+			}
+			return cost, nil
+		}
+		select {
+		case f.out <- fetchedMsg{msg: msg, cost: cost}:
+			f.next = msg.Offset + 1
+		case <-ctx.Done():
+			b.release(f.p.partition, cost)
+			_ = batch.Close()
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// take charges cost from the credit, else from the budget if that takes
+// no waiting, and reports whether it did.
+func (f *fetcher) take(cost int64) bool {
+	if f.credit >= cost {
+		f.credit -= cost
+		return true
+	}
+	return f.p.budget.tryAcquire(f.p.partition, cost)
+}
+
+// dial connects to the partition's leader at f.next unless connected; the
+// connection closes when ctx ends, which ends a fetch under way.
+func (f *fetcher) dial(ctx context.Context) error {
+	if f.conn != nil {
+		return nil
+	}
+	c := f.p.c.cfg
+	conn, start, err := kafkagroup.DialPartition(ctx, kafkagroup.ReaderConfig{Brokers: c.Brokers, Topic: c.Topic,
+		Partition: f.p.partition, Dialer: c.Dialer}, f.next)
+	if err != nil {
+		return err
+	}
+	f.conn, f.next = conn, start
+	f.stopAF = context.AfterFunc(ctx, func() { _ = conn.Close() })
+	return nil
+}
+
+// fetchError is what a fetch's error means for the next one: nil when the
+// next fetch may simply follow (none, or the broker's wait timed out); an
+// offset before the first retained record moves to it, as a kafka-go
+// Reader does; the rest are returned (the caller reconnects).
+func (f *fetcher) fetchError(err error) error {
+	switch {
+	case err == nil, errors.Is(err, kafka.RequestTimedOut):
+		return nil
+	case errors.Is(err, kafka.OffsetOutOfRange):
+		_ = f.conn.SetDeadline(time.Now().Add(fetchTimeout))
+		first, _, oerr := f.conn.ReadOffsets()
+		_ = f.conn.SetDeadline(time.Time{})
+		if oerr != nil || f.next >= first {
+			return errors.Join(err, oerr) // past the end: retried after a wait
+		}
+		f.p.log.Warn("offset before the first retained record: skipping to it", "offset", f.next, "first", first)
+		f.next = first
+		_, err = f.conn.Seek(first, kafka.SeekAbsolute|kafka.SeekDontCheck)
+		return err
+	}
+	return err
+}

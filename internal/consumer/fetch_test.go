@@ -1,0 +1,166 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/billing-consumer/billing-consumer/internal/testkit/poll"
+)
+
+// TestFetchSizeAndSlots: a fetch asks for the budget's share of each
+// partition, between 16 KiB and a maximal record; a quarter of the
+// budget's maximal records may be decoded at once, at least one.
+func TestFetchSizeAndSlots(t *testing.T) {
+	const mib = 1 << 20
+	pod := int64(230 * mib / 32) // the default budget under the pod's GOMEMLIMIT
+	maxCost := int64(mib + RecordOverhead)
+	for _, c := range []struct {
+		name              string
+		total, maxCost    int64
+		partitions        int
+		wantBytes, wantSl int
+	}{
+		{"pod, 160 partitions", pod, maxCost, 160, int(pod / 160), 1},
+		{"pod, 12 partitions", pod, maxCost, 12, int(pod / 12), 1},
+		{"pod, one partition: at most a maximal record", pod, maxCost, 1, mib, 1},
+		{"pod, 1,000 partitions: at least 16 KiB", pod, maxCost, 1000, 16 << 10, 1},
+		{"no partitions yet", pod, maxCost, 0, mib, 1},
+		{"a budget of 64 maximal records", 64 * maxCost, maxCost, 160, int(64 * maxCost / 160), 16},
+		{"small records, a small budget", 66 << 10, 16<<10 + RecordOverhead, 16, 16 << 10, 1},
+	} {
+		if got := fetchSize(c.total, c.maxCost, c.partitions); got != c.wantBytes {
+			t.Errorf("%s: fetchSize %d, want %d", c.name, got, c.wantBytes)
+		}
+		if got := fetchSlots(c.total, c.maxCost); got != c.wantSl {
+			t.Errorf("%s: fetchSlots %d, want %d", c.name, got, c.wantSl)
+		}
+	}
+	ids := make([]int, 160)
+	for i := range ids {
+		ids[i] = i
+	}
+	if b := newBudget(pod, maxCost, ids); b.fetchBytes != int(pod/160) || cap(b.slots) != 1 || len(b.slots) != 1 {
+		t.Errorf("newBudget: fetchBytes %d, %d of %d slots free; want %d, 1 of 1", b.fetchBytes, len(b.slots), cap(b.slots), pod/160)
+	}
+}
+
+// TestBudgetReserve: reserve charges the most asked for when the share or
+// the pool has room at once, else what is left of the partition's share
+// once that is the least or more, which the partition's own releases
+// bring about while others wait for the pool; a waiter for the pool gets
+// the most.
+func TestBudgetReserve(t *testing.T) {
+	b := newBudget(1000, 200, []int{0, 1, 2, 3}) // a share of 125 each, a pool of 500
+	ctx := context.Background()
+	if got, err := b.reserve(ctx, 0, 10, 200); got != 200 || err != nil {
+		t.Fatalf("empty budget: reserved %d (%v), want the most, 200", got, err)
+	}
+	if !b.tryAcquire(0, 425) || b.tryAcquire(0, 1) { // partition 0: its share and the pool
+		t.Fatalf("partition 0 could not take exactly its share and the pool (in use %d)", b.inUse())
+	}
+	// Partition 2 waits for the pool.
+	granted := make(chan int64, 1)
+	go func() {
+		got, _ := b.reserve(ctx, 2, 200, 200)
+		granted <- got
+	}()
+	poll.Until(t, 5*time.Second, "partition 2 waiting for the pool", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.waiters) == 1
+	})
+	if b.tryAcquire(1, 126) {
+		t.Fatal("tryAcquire took from the pool past a waiter")
+	}
+	if got, _ := b.reserve(ctx, 1, 50, 200); got != 125 {
+		t.Fatalf("partition 1 reserved %d with the pool taken and waited for, want its whole share, 125", got)
+	}
+	// Partition 3 holds 100 of its share and asks for 50 to 200: it waits
+	// until its own release leaves 50 of its share, and gets what is left.
+	if !b.tryAcquire(3, 100) {
+		t.Fatal("partition 3 refused its share")
+	}
+	got3 := make(chan int64, 1)
+	go func() {
+		got, _ := b.reserve(ctx, 3, 50, 200)
+		got3 <- got
+	}()
+	poll.Until(t, 5*time.Second, "partition 3 waiting", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.waiters) == 2
+	})
+	b.release(3, 20) // 45 left: not yet
+	b.release(3, 10)
+	if got := <-got3; got != 55 {
+		t.Fatalf("partition 3 got %d after its own releases, want the 55 left of its share", got)
+	}
+	b.release(0, 425)
+	if got := <-granted; got != 200 {
+		t.Fatalf("partition 2 got %d from the pool, want 200", got)
+	}
+}
+
+// TestFetchLargeCompressedBatches: records produced in compressed batches
+// (snappy, up to 64 KiB) far larger than each partition's share of the
+// budget, on 16 partitions with one slot, and one record per partition
+// larger than its share: the fetchers drop what does not fit and fetch it
+// again, and every record is handled exactly once, in offset order, and
+// committed.
+func TestFetchLargeCompressedBatches(t *testing.T) {
+	const partitions, perPartition = 16, 400
+	env := newKafkaEnv(t, partitions)
+	w := env.writer()
+	w.Compression, w.BatchBytes, w.BatchSize = kafka.Snappy, 64<<10, partitions*perPartition
+	defer w.Close()
+	var msgs []kafka.Message
+	for p := range partitions {
+		for i := range perPartition {
+			v := fmt.Appendf(nil, `{"order":%d,"amount":%d,"note":"%0200d"}`, p*perPartition+i, i, i)
+			if i == perPartition/2 {
+				v = make([]byte, 8<<10) // larger than any partition's share
+			}
+			msgs = append(msgs, kafka.Message{Key: partitionKey(p, i), Value: v})
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := env.config(t)
+	cfg.Concurrency, cfg.CommitInterval = 8, 20*time.Millisecond
+	cfg.MaxRecordBytes = 16 << 10
+	cfg.MaxInFlightBytes = 4 * cfg.maxCost() // one slot; a share of about 2 KiB
+	var (
+		mu      sync.Mutex
+		last    = map[int]int64{}
+		handled int
+		errs    []string
+	)
+	r := startConsumer(t, cfg, func(ctx context.Context, msg kafka.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if prev, ok := last[msg.Partition]; ok && msg.Offset != prev+1 || !ok && msg.Offset != 0 {
+			errs = append(errs, fmt.Sprintf("partition %d: offset %d after %d", msg.Partition, msg.Offset, prev))
+		}
+		last[msg.Partition] = msg.Offset
+		handled++
+		return nil
+	})
+	poll.Until(t, waitLong, "everything committed", func() bool { return committedAtEnd(env.lags(t)) })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) > 0 || handled != partitions*perPartition {
+		t.Fatalf("handled %d records, want %d once each in offset order; %d out of order: %v", handled, partitions*perPartition, len(errs), errs[:min(len(errs), 5)])
+	}
+}
