@@ -103,12 +103,7 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 	if err != nil {
 		return nil, err
 	}
-	s.reg = prometheus.NewRegistry()
-	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.m = metrics.New(s.reg, version, commit)
-	s.ctl = metrics.NewControl(s.reg, cfg.KafkaTopic)
-	s.durable = metrics.NewDurability(s.reg)
-
+	s.newMetrics()
 	tracer, propagator, err := s.setupTracing(ctx)
 	if err != nil {
 		return nil, err
@@ -170,6 +165,16 @@ func newService(ctx context.Context, cfg config, stderr io.Writer) (_ *service, 
 		return nil, err
 	}
 	return s, nil
+}
+
+// newMetrics registers the process's, the Go runtime's and the service's
+// metrics on a registry of the service's own (served by /metrics).
+func (s *service) newMetrics() {
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.m = metrics.New(s.reg, version, commit)
+	s.ctl = metrics.NewControl(s.reg, s.cfg.KafkaTopic)
+	s.durable = metrics.NewDurability(s.reg)
 }
 
 // newHealer is the failover heal of replica id (internal/heal): when the
