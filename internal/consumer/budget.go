@@ -101,6 +101,16 @@ func fetchSize(total, maxCost int64, partitions int) int {
 	return int(min(largest, max(total/int64(max(partitions, 1)), minFetchBytes)))
 }
 
+// refill is the least credit a fetcher stopped by the budget waits for
+// before it fetches again (beside the record that did not fit): half the
+// partition's share, at most a fetch. Waiting for one record's room
+// instead would refetch, and decode again, a whole response per record
+// released while a backlog drains; half the share keeps the other half
+// of the partition's records running meanwhile.
+func (b *budget) refill() int64 {
+	return min(b.share/2, int64(b.fetchBytes))
+}
+
 // fetchSlots is how many partitions may decode a fetched response at
 // once: a quarter of the budget's maximal records, at least one. Decoding
 // a compressed record batch holds it whole, decompressed (kafka-go grows

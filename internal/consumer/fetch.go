@@ -73,6 +73,10 @@ type fetcher struct {
 	stopAF func() bool // stops closing conn when the fetch's context ends
 	next   int64       // offset of the next record to fetch
 	credit int64       // charged to the partition for records not yet fetched
+	// size and cost are the bytes and the cost of the last record handed
+	// over: what a credit's worth of records weighs on the wire (see
+	// askBytes).
+	size, cost int64
 	// behind is whether the last fetch saw records at or after next: the
 	// next fetch takes its slot before it asks.
 	behind bool
@@ -127,7 +131,7 @@ func (f *fetcher) fetchOnce(ctx context.Context) error {
 		wait = behindMaxWait
 	}
 	_ = f.conn.SetReadDeadline(time.Now().Add(wait + fetchTimeout))
-	batch := f.conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: b.fetchBytes, MaxWait: wait})
+	batch := f.conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: f.askBytes(), MaxWait: wait})
 	err := batch.Err()
 	f.behind = err == nil && batch.HighWaterMark() > f.next
 	if !f.behind || !slot && !f.trySlot() {
@@ -147,9 +151,23 @@ func (f *fetcher) fetchOnce(ctx context.Context) error {
 	if err != nil || need == 0 {
 		return err
 	}
-	got, err := b.reserve(ctx, f.p.partition, need, b.maxCost)
+	got, err := b.reserve(ctx, f.p.partition, max(need, b.refill()), b.maxCost)
 	f.credit += got
 	return err
+}
+
+// askBytes is what the next fetch asks the broker for: the budget's
+// fetchBytes, or with a credit to spend about the bytes of the records it
+// pays for (at least minFetchBytes): a response larger than what the
+// partition may take is decoded to the first record that does not fit
+// and the rest dropped, which would cost a backlog's drain the decoding
+// of most of each response again.
+func (f *fetcher) askBytes() int {
+	full := f.p.budget.fetchBytes
+	if f.credit <= 0 || f.cost <= 0 {
+		return full
+	}
+	return int(min(int64(full), max(f.credit/f.cost*f.size, minFetchBytes)))
 }
 
 // behindMaxWait is the broker's wait for a fetch that expects records: it
@@ -207,6 +225,7 @@ func (f *fetcher) handOver(ctx context.Context, batch *kafka.Batch) (int64, erro
 		select {
 		case f.out <- fetchedMsg{msg: msg, cost: cost}:
 			f.next = msg.Offset + 1
+			f.size, f.cost = max(cost-RecordOverhead, 1), cost
 		case <-ctx.Done():
 			b.release(f.p.partition, cost)
 			_ = batch.Close()
