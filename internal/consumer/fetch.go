@@ -58,7 +58,8 @@ func (p *partitionState) fetch(offset int64) (<-chan fetchedMsg, func()) {
 //     records), gives the slot back, and only then waits for credit (see
 //     budget.reserve): room for a maximal record from the pool, in FIFO
 //     order, or what its own releases leave of its share once that holds
-//     the record, whichever comes first.
+//     the record and budget.refill (half the share), whichever comes
+//     first.
 //     The next fetch, from that record, spends the credit first: a
 //     backlog is decoded again about once per maximal record's worth of
 //     records, not once per record. A slot thus passes on after one
