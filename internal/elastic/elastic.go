@@ -2,7 +2,8 @@
 // and shrinks back. A worker keeps its stack from one job to the next (a
 // goroutine per job would grow its stack into the billing, HTTP and JSON
 // call chains again every time), so a busy service keeps its workers; one
-// that stays idle for Idle ends, so an idle service holds none.
+// that stays idle for Idle (up to twice that) ends, so an idle service
+// holds none.
 //
 // A job goes to an idle worker first: a send on Jobs (unbuffered)
 // succeeds only while a worker waits for one. Only when none is idle does
@@ -36,23 +37,31 @@ func New[T any](n int, do func(T)) *Pool[T] {
 
 // Spawn starts a worker for j; the caller holds a slot for it (it sent on
 // Slots), which the worker frees when it ends. The worker runs j, then
-// whatever Jobs hands it, until none comes for Idle or the pool closes.
+// whatever Jobs hands it, until none comes for between Idle and twice
+// that, or the pool closes. (Its idle timer is re-armed only when it
+// fires, not after every job: a reset per job was a timer operation per
+// event on a busy service.)
 func (p *Pool[T]) Spawn(j T) {
 	p.wg.Go(func() {
 		defer func() { <-p.Slots }()
 		idle := time.NewTimer(Idle)
 		defer idle.Stop()
+		p.do(j)
+		worked := true // since the timer was armed
 		for {
-			p.do(j)
-			idle.Reset(Idle)
-			var ok bool
 			select {
-			case j, ok = <-p.Jobs:
+			case j, ok := <-p.Jobs:
 				if !ok {
 					return
 				}
+				p.do(j)
+				worked = true
 			case <-idle.C:
-				return
+				if !worked {
+					return
+				}
+				worked = false
+				idle.Reset(Idle)
 			}
 		}
 	})
