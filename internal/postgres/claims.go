@@ -147,7 +147,7 @@ func (s *Store) ClaimOrders(ctx context.Context, group string, sends billing.Sen
 	rows, err := s.db.Query(ctx, claimSQL, orders, ids, customers, amounts, tokens, group, inFlight, decideAfter, sends.Host, replays)
 	var answers []billing.ClaimAnswer
 	if err == nil {
-		answers, err = pgx.CollectRows(rows, scanClaimAnswer)
+		answers, err = scanClaimAnswers(rows, len(claims))
 	}
 	if err != nil {
 		// The statement's outcome is unknown when the rows failed: it may
@@ -158,15 +158,21 @@ func (s *Store) ClaimOrders(ctx context.Context, group string, sends billing.Sen
 	return answers, nil
 }
 
-// scanClaimAnswer scans one row of claimSQL: a NULL reason is a claim won.
-func scanClaimAnswer(row pgx.CollectableRow) (billing.ClaimAnswer, error) {
-	var a billing.ClaimAnswer
+// scanClaimAnswers scans claimSQL's rows (n at most): a NULL reason is a
+// claim won. The scan targets are shared by the rows, so that a won claim
+// costs no allocation beyond its answer.
+func scanClaimAnswers(rows pgx.Rows, n int) ([]billing.ClaimAnswer, error) {
+	defer rows.Close()
+	answers := make([]billing.ClaimAnswer, 0, n)
+	var id [16]byte
 	var reason, cause pgtype.Text
-	if err := row.Scan((*[16]byte)(&a.EventID), &reason, &cause); err != nil {
-		return billing.ClaimAnswer{}, err
+	for rows.Next() {
+		if err := rows.Scan(&id, &reason, &cause); err != nil {
+			return nil, err
+		}
+		answers = append(answers, billing.ClaimAnswer{EventID: id, Decided: reason.Valid, Reason: reason.String, Cause: cause.String})
 	}
-	a.Decided, a.Reason, a.Cause = reason.Valid, reason.String, cause.String
-	return a, nil
+	return answers, rows.Err()
 }
 
 // LookupClaims runs lookupSQL.
