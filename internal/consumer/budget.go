@@ -213,6 +213,14 @@ func (b *budget) tryAcquire(partition int, cost int64) bool {
 	return b.admits(partition, cost)
 }
 
+// tryShare charges cost to partition if it fits in the partition's share
+// (see fetcher.admit), and reports whether it charged.
+func (b *budget) tryShare(partition int, cost int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.extra(partition, cost) == 0 && b.charge(partition, cost)
+}
+
 // admits charges cost to partition if it fits without overtaking a
 // partition waiting for the pool; b.mu is held.
 func (b *budget) admits(partition int, cost int64) bool {

@@ -81,6 +81,10 @@ type fetcher struct {
 	// behind is whether the last fetch saw records at or after next: the
 	// next fetch takes its slot before it asks.
 	behind bool
+	// held is set when the fetch stopped at a record the Gate holds that
+	// its share has no room for: the next fetch waits for the Gate's
+	// change (see admit).
+	held <-chan struct{}
 }
 
 // run fetches until ctx ends or a pause that began holds the partition.
@@ -149,8 +153,19 @@ func (f *fetcher) fetchOnce(ctx context.Context) error {
 	need, err := f.handOver(ctx, batch)
 	b.slots <- struct{}{}
 	f.behind = batch.HighWaterMark() > f.next
-	if err != nil || need == 0 {
+	if err != nil {
 		return err
+	}
+	if changed := f.held; changed != nil {
+		f.held = nil
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if need == 0 {
+		return nil
 	}
 	got, err := b.reserve(ctx, f.p.partition, max(need, b.refill()), b.maxCost)
 	f.credit += got
@@ -188,7 +203,8 @@ func (f *fetcher) trySlot() bool {
 // handOver hands over the records of batch while each fits the budget at
 // once, and closes it. It returns the cost of the record that did not fit
 // (the connection is then positioned at it again), 0 when the batch was
-// read to its end or a pause began. Leftover credit is given back: a
+// read to its end, a pause began, or a record the Gate holds found no
+// room in the share (see admit). Leftover credit is given back: a
 // quiet partition holds none.
 func (f *fetcher) handOver(ctx context.Context, batch *kafka.Batch) (int64, error) {
 	b := f.p.budget
@@ -208,20 +224,16 @@ func (f *fetcher) handOver(ctx context.Context, batch *kafka.Batch) (int64, erro
 			return 0, f.fetchError(cerr)
 		}
 		cost := b.cost(msg)
-		paused := f.p.pausedGate() != nil
-		if paused || !f.take(cost) {
+		if need, ok := f.admit(msg.Offset, cost); !ok {
 			// Not handed over: fetched again once there is room (or
-			// the pause ended), or redelivered if the partition is
-			// revoked meanwhile.
+			// the pause ended, or the Gate changed), or redelivered if
+			// the partition is revoked meanwhile.
 			_ = batch.Close()
 			if _, err := f.conn.Seek(msg.Offset, kafka.SeekAbsolute|kafka.SeekDontCheck); err != nil {
 				return 0, err
 			}
 			f.next = msg.Offset
-			if paused {
-				return 0, nil
-			}
-			return cost, nil
+			return need, nil
 		}
 		select {
 		case f.out <- fetchedMsg{msg: msg, cost: cost}:
@@ -233,6 +245,34 @@ func (f *fetcher) handOver(ctx context.Context, batch *kafka.Batch) (int64, erro
 			return 0, ctx.Err()
 		}
 	}
+}
+
+// admit charges the record at offset its cost and reports whether it may
+// be handed over; if not, the cost the fetcher waits for (0: none, the
+// fetch stops for a pause, or for the Gate's change, see held).
+//
+// A record the Gate holds is charged to the partition's share only: it
+// waits for the heal to lift, which waits for every other partition to
+// reach its target, and a held partition that borrowed the pool would
+// keep a record of another larger than its share from ever being fetched
+// (a deadlock: the gate never lifts).
+func (f *fetcher) admit(offset, cost int64) (int64, bool) {
+	if f.p.pausedGate() != nil {
+		return 0, false
+	}
+	if changed := f.p.heldAt(offset); changed != nil {
+		f.p.budget.release(f.p.partition, f.credit) // it may come from the pool
+		f.credit = 0
+		if f.p.budget.tryShare(f.p.partition, cost) {
+			return 0, true
+		}
+		f.held = changed
+		return 0, false
+	}
+	if f.take(cost) {
+		return 0, true
+	}
+	return cost, false
 }
 
 // take charges cost from the credit, else from the budget if that takes

@@ -253,12 +253,8 @@ func (p *partitionState) blocked(offset int64) <-chan struct{} {
 	if g := p.pausedGate(); g != nil {
 		return g
 	}
-	if g := p.c.cfg.Gate; g != nil && g.Hold(p.partition, offset) {
-		// Changed before Hold again: a change in between closes it.
-		changed := g.Changed()
-		if g.Hold(p.partition, offset) {
-			return changed
-		}
+	if changed := p.heldAt(offset); changed != nil {
+		return changed
 	}
 	if offset < p.frontier {
 		if offset >= p.soon && !p.urged { // ask for the next raise ahead of time
@@ -277,6 +273,19 @@ func (p *partitionState) blocked(offset int64) <-chan struct{} {
 	}
 	p.cm.urgeFlush()
 	return p.lane.moved
+}
+
+// heldAt returns the Gate's next change if it holds the record at offset,
+// else nil.
+func (p *partitionState) heldAt(offset int64) <-chan struct{} {
+	if g := p.c.cfg.Gate; g != nil && g.Hold(p.partition, offset) {
+		// Changed before Hold again: a change in between closes it.
+		changed := g.Changed()
+		if g.Hold(p.partition, offset) {
+			return changed
+		}
+	}
+	return nil
 }
 
 // pausedGate returns the consumer's Pause when it is closed (a pause), nil
