@@ -222,8 +222,8 @@ func mustPlan(t *testing.T, spec harness.Spec) harness.Plan {
 
 func report(t *testing.T, rep harness.Report) {
 	t.Helper()
-	t.Logf("verify: %d expected charges, %d provider charges, %d ledger rows, DLQ %v, declined orders left blocked for an operator %v",
-		rep.ExpectedCharges, rep.ProviderCharges, rep.LedgerRows, rep.DLQ, rep.BlockedDeclined)
+	t.Logf("verify: %d expected charges, %d provider charges, %d ledger rows, DLQ %v, declined orders left blocked for an operator %v (their event deferred: %v)",
+		rep.ExpectedCharges, rep.ProviderCharges, rep.LedgerRows, rep.DLQ, rep.BlockedDeclined, rep.HeldDeclined)
 	if !rep.OK() {
 		t.Fatalf("SPEC §9 violated:\n%s", strings.Join(rep.Problems, "\n"))
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billing-consumer/billing-consumer/internal/dlq"
@@ -43,14 +44,20 @@ type Report struct {
 	Blocked         int // ledger claims in any other state than 'charged' or 'pending'
 	// BlockedDeclined are the declined orders whose claim ended blocked:
 	// the provider refused a request of an attempt that had not created
-	// the claim (its creator crashed), so SPEC §6 leaves the release to an
-	// operator. The provider took nothing for them; they are counted, not
-	// failures, and are not ledger rows of the comparison with the
-	// provider.
+	// the claim (its creator crashed, or the claim was parked), so SPEC §6
+	// leaves the release to an operator. The provider took nothing for
+	// them; they are counted, not failures, and are not ledger rows of the
+	// comparison with the provider.
 	BlockedDeclined []int64
-	DoubleCharged   []int64 // orders the provider charged more than once
-	NotCharged      []int64 // valid orders without exactly one provider charge and one ledger row
-	WrongCharges    []int64 // orders charged that must not be, or with the wrong amount
+	// HeldDeclined are those of BlockedDeclined whose event waits in a
+	// deferred row behind the blocked claim (SPEC §11 I3: held durably;
+	// after the operator's `claim release` it is refused again and
+	// dead-lettered "permanent"). Each stands for the "permanent" record
+	// the plan expects.
+	HeldDeclined  []int64
+	DoubleCharged []int64 // orders the provider charged more than once
+	NotCharged    []int64 // valid orders without exactly one provider charge and one ledger row
+	WrongCharges  []int64 // orders charged that must not be, or with the wrong amount
 	// Mismatched orders have a ledger row that does not name the charge
 	// the provider took: another event_id than its Idempotency-Key, or
 	// another charge id.
@@ -172,6 +179,9 @@ func (r *Report) checkCharges(ctx context.Context, c Check) error {
 		}
 	}
 	r.LedgerRows -= len(r.BlockedDeclined)
+	if r.HeldDeclined, err = deferredOrders(ctx, c, r.BlockedDeclined); err != nil {
+		return err
+	}
 	r.Pending, r.Blocked = len(pending), len(blocked)
 	for order, chs := range provider {
 		if len(chs) > 1 {
@@ -261,15 +271,23 @@ func (r *Report) checkDLQ(ctx context.Context, c Check) error {
 		r.problem("%d invalid records are not in the DLQ", r.InvalidMissing)
 	}
 	// A declined order whose claim ended blocked (the completer was refused
-	// before the event's redelivery came) is dead-lettered as "conflict":
-	// its redelivery finds the claim blocked, and an operator decides. It
-	// counts for the "permanent" record it would otherwise have had, as
-	// far as the conflicts exceed the planned ones.
-	extraConflicts := max(0, min(len(r.BlockedDeclined), r.DLQ[dlq.Conflict]-c.Plan.DLQ[dlq.Conflict]))
+	// before the event's redelivery came, or the claim was parked) has no
+	// "permanent" record yet: its event waits in a deferred row for the
+	// operator (HeldDeclined, SPEC §11 I3). A release before 00008 (the
+	// previous release beside this one) dead-letters it as "conflict"
+	// instead, counted as far as the conflicts exceed the planned ones.
+	// Either stands for the "permanent" record; a blocked declined order
+	// with neither has lost its event.
+	unheld := len(r.BlockedDeclined) - len(r.HeldDeclined)
+	extraConflicts := max(0, min(unheld, r.DLQ[dlq.Conflict]-c.Plan.DLQ[dlq.Conflict]))
+	if unheld > extraConflicts {
+		r.problem("%d declined orders blocked with their event neither deferred nor dead-lettered (blocked %v, deferred %v)",
+			unheld-extraConflicts, head(r.BlockedDeclined), head(r.HeldDeclined))
+	}
 	for reason, n := range c.Plan.DLQ {
 		got := r.DLQ[reason]
 		if reason == dlq.Permanent {
-			got += extraConflicts
+			got += len(r.HeldDeclined) + extraConflicts
 		}
 		if got < n {
 			r.problem("DLQ has %d %q records, want at least %d", r.DLQ[reason], reason, n)
@@ -282,6 +300,24 @@ func (r *Report) checkDLQ(ctx context.Context, c Check) error {
 		}
 	}
 	return nil
+}
+
+// deferredOrders returns those of orders that have an event in a deferred
+// row of c's group.
+func deferredOrders(ctx context.Context, c Check, orders []int64) ([]int64, error) {
+	if len(orders) == 0 {
+		return nil, nil
+	}
+	rows, err := c.DB.Query(ctx, `SELECT DISTINCT order_id FROM deferred_event
+WHERE consumer_group = $1 AND order_id = ANY($2) ORDER BY order_id`, c.Group, orders)
+	if err != nil {
+		return nil, fmt.Errorf("read deferred events: %w", err)
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("read deferred events: %w", err)
+	}
+	return held, nil
 }
 
 func head(ids []int64) []int64 {
