@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -52,8 +53,8 @@ type Report struct {
 	// HeldDeclined are those of BlockedDeclined whose event waits in a
 	// deferred row behind the blocked claim (SPEC §11 I3: held durably;
 	// after the operator's `claim release` it is refused again and
-	// dead-lettered "permanent"). Each stands for the "permanent" record
-	// the plan expects.
+	// dead-lettered "permanent"). Each without a "permanent" record stands
+	// for the one the plan expects (blockedDeclinedFates).
 	HeldDeclined  []int64
 	DoubleCharged []int64 // orders the provider charged more than once
 	NotCharged    []int64 // valid orders without exactly one provider charge and one ledger row
@@ -270,24 +271,11 @@ func (r *Report) checkDLQ(ctx context.Context, c Check) error {
 	if r.InvalidMissing > 0 {
 		r.problem("%d invalid records are not in the DLQ", r.InvalidMissing)
 	}
-	// A declined order whose claim ended blocked (the completer was refused
-	// before the event's redelivery came, or the claim was parked) has no
-	// "permanent" record yet: its event waits in a deferred row for the
-	// operator (HeldDeclined, SPEC §11 I3). A release before 00008 (the
-	// previous release beside this one) dead-letters it as "conflict"
-	// instead, counted as far as the conflicts exceed the planned ones.
-	// Either stands for the "permanent" record; a blocked declined order
-	// with neither has lost its event.
-	unheld := len(r.BlockedDeclined) - len(r.HeldDeclined)
-	extraConflicts := max(0, min(unheld, r.DLQ[dlq.Conflict]-c.Plan.DLQ[dlq.Conflict]))
-	if unheld > extraConflicts {
-		r.problem("%d declined orders blocked with their event neither deferred nor dead-lettered (blocked %v, deferred %v)",
-			unheld-extraConflicts, head(r.BlockedDeclined), head(r.HeldDeclined))
-	}
+	stand := r.blockedDeclinedFates(records, c.Planted)
 	for reason, n := range c.Plan.DLQ {
 		got := r.DLQ[reason]
 		if reason == dlq.Permanent {
-			got += len(r.HeldDeclined) + extraConflicts
+			got += stand
 		}
 		if got < n {
 			r.problem("DLQ has %d %q records, want at least %d", r.DLQ[reason], reason, n)
@@ -300,6 +288,48 @@ func (r *Report) checkDLQ(ctx context.Context, c Check) error {
 		}
 	}
 	return nil
+}
+
+// blockedDeclinedFates checks that each declined order whose claim ended
+// blocked kept its event, and returns how many of them stand for the
+// "permanent" record the plan expects without having one. Such an order
+// (the completer was refused before the event's redelivery came, or the
+// claim was parked) has either its "permanent" record already (its event
+// was refused and dead-lettered before the completer blocked the claim),
+// or its event waiting in a deferred row for the operator (HeldDeclined,
+// SPEC §11 I3: after `claim release` it is refused again and
+// dead-lettered), or, from a release before 00008 (the previous release
+// beside this one), a "conflict" record. An order with none of the three
+// has lost its event.
+func (r *Report) blockedDeclinedFates(records []DLQRecord, planted func(DLQRecord) bool) (stand int) {
+	if len(r.BlockedDeclined) == 0 {
+		return 0
+	}
+	dead := map[int64]map[dlq.Reason]bool{}
+	for _, rec := range records {
+		var ev eventJSON
+		if planted != nil && planted(rec) || json.Unmarshal([]byte(rec.Value), &ev) != nil {
+			continue
+		}
+		if dead[ev.OrderID] == nil {
+			dead[ev.OrderID] = map[dlq.Reason]bool{}
+		}
+		dead[ev.OrderID][rec.Reason] = true
+	}
+	var lost []int64
+	for _, order := range r.BlockedDeclined {
+		switch {
+		case dead[order][dlq.Permanent]:
+		case dead[order][dlq.Conflict] || slices.Contains(r.HeldDeclined, order):
+			stand++
+		default:
+			lost = append(lost, order)
+		}
+	}
+	if len(lost) > 0 {
+		r.problem("%d declined orders blocked with their event neither dead-lettered nor deferred: %v", len(lost), head(lost))
+	}
+	return stand
 }
 
 // deferredOrders returns those of orders that have an event in a deferred

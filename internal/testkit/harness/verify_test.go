@@ -1,0 +1,35 @@
+package harness
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/billing-consumer/billing-consumer/internal/dlq"
+)
+
+// TestBlockedDeclinedFates: a declined order whose claim ended blocked
+// keeps its event as a "permanent" record, a deferred row or (the
+// previous release) a "conflict" record; the last two stand for the
+// "permanent" record, and an order with none of them is a lost event.
+// Both CI failures it answers had a blocked declined order: one (the
+// crash test) whose event was deferred, one (chaos) whose event had its
+// "permanent" record before the completer blocked the claim.
+func TestBlockedDeclinedFates(t *testing.T) {
+	rec := func(order int64, reason dlq.Reason) DLQRecord {
+		return DLQRecord{Value: fmt.Sprintf(`{"event_id":"x","order_id":%d}`, order), Reason: reason}
+	}
+	records := []DLQRecord{rec(1, dlq.Permanent), rec(2, dlq.Conflict), rec(9, dlq.Permanent), {Value: "not json", Reason: dlq.Invalid}}
+	r := Report{BlockedDeclined: []int64{1, 2, 3, 4}, HeldDeclined: []int64{3}}
+	if stand := r.blockedDeclinedFates(records, nil); stand != 2 {
+		t.Errorf("stand = %d, want 2 (order 2's conflict record, order 3's deferred row)", stand)
+	}
+	if len(r.Problems) != 1 || !strings.Contains(r.Problems[0], "[4]") {
+		t.Errorf("problems %q; want one naming order 4, lost", r.Problems)
+	}
+	planted := func(d DLQRecord) bool { return d.Value == records[0].Value }
+	r = Report{BlockedDeclined: []int64{1}}
+	if r.blockedDeclinedFates(records, planted); len(r.Problems) != 1 {
+		t.Errorf("problems %q; want order 1 lost when its only record is the test's own", r.Problems)
+	}
+}
