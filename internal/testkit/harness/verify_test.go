@@ -21,15 +21,16 @@ func TestBlockedDeclinedFates(t *testing.T) {
 	}
 	records := []DLQRecord{rec(1, dlq.Permanent), rec(2, dlq.Conflict), rec(9, dlq.Permanent), {Value: "not json", Reason: dlq.Invalid}}
 	r := Report{BlockedDeclined: []int64{1, 2, 3, 4}, HeldDeclined: []int64{3}}
-	if stand := r.blockedDeclinedFates(records, nil); stand != 2 {
+	if stand := r.blockedDeclinedFates(records); stand != 2 {
 		t.Errorf("stand = %d, want 2 (order 2's conflict record, order 3's deferred row)", stand)
 	}
 	if len(r.Problems) != 1 || !strings.Contains(r.Problems[0], "[4]") {
 		t.Errorf("problems %q; want one naming order 4, lost", r.Problems)
 	}
-	planted := func(d DLQRecord) bool { return d.Value == records[0].Value }
+	own := records[0].Value
+	planted := func(d DLQRecord) bool { return d.Value == own }
 	r = Report{BlockedDeclined: []int64{1}}
-	if r.blockedDeclinedFates(records, planted); len(r.Problems) != 1 {
+	if r.blockedDeclinedFates(consumerRecords(records, planted)); len(r.Problems) != 1 {
 		t.Errorf("problems %q; want order 1 lost when its only record is the test's own", r.Problems)
 	}
 }
