@@ -94,29 +94,35 @@ func (c *Consumer) runJob(j job) {
 		return
 	}
 	p.log.Error("handler failed, retrying the message in place", "offset", j.msg.Offset, "err", err)
-	go func() {
-		// The partition's drain waits for this verdict, so the pool is still
-		// open: stopWorkers runs only after every partition drained. The
-		// message goes back to an idle worker, or to a new one. A stop
-		// during the pause abandons the message at once, so the pause never
-		// holds up a drain (it may be longer than DrainTimeout).
-		pause := time.NewTimer(retryPause)
-		defer pause.Stop()
-		var jobs chan<- job // nil, so never ready, until the pause is over
-		var slots chan<- struct{}
-		for {
-			select {
-			case <-pause.C:
-				jobs, slots = c.pool.Jobs, c.pool.Slots
-			case jobs <- j:
-				return
-			case slots <- struct{}{}:
-				c.pool.Spawn(j)
-				return
-			case <-p.stop.Done():
-				p.done.put(completion{msg: j.msg, err: err})
-				return
-			}
+	go c.retryLater(j, err)
+}
+
+// retryLater hands j, whose handler failed with err, back to the pool
+// after retryPause (see runJob). It is a function of its own so that j
+// escapes to the heap on this rare path only, not on every runJob.
+func (c *Consumer) retryLater(j job, err error) {
+	p := j.p
+	// The partition's drain waits for this verdict, so the pool is still
+	// open: stopWorkers runs only after every partition drained. The
+	// message goes back to an idle worker, or to a new one. A stop
+	// during the pause abandons the message at once, so the pause never
+	// holds up a drain (it may be longer than DrainTimeout).
+	pause := time.NewTimer(retryPause)
+	defer pause.Stop()
+	var jobs chan<- job // nil, so never ready, until the pause is over
+	var slots chan<- struct{}
+	for {
+		select {
+		case <-pause.C:
+			jobs, slots = c.pool.Jobs, c.pool.Slots
+		case jobs <- j:
+			return
+		case slots <- struct{}{}:
+			c.pool.Spawn(j)
+			return
+		case <-p.stop.Done():
+			p.done.put(completion{msg: j.msg, err: err})
+			return
 		}
-	}()
+	}
 }
