@@ -26,25 +26,32 @@ const (
 	// recovery scenario's topic.
 	drainPartitions = 6
 	dlqTopic        = "billing-bench.dlq"
-	// baselineDB is the scratch database the -baseline binary bills into,
-	// migrated by that binary: a binary refuses a schema newer than it
-	// understands, so the code before a migration cannot share the
-	// database of the code after it.
-	baselineDB = "billing_bench_baseline"
+	// underDB and baselineDB are the scratch databases the binary under
+	// test and the -baseline binary bill into, each created empty when
+	// the bench opens, migrated by its own binary (a binary refuses a
+	// schema newer than it understands, so the code before a migration
+	// cannot share the database of the code after it) and dropped at the
+	// end. Both start alike: a binary billing into a database that earlier
+	// runs had filled (millions of charge rows) would pay for their index
+	// depth and cache misses, and the comparison with a binary on an empty
+	// one would measure the databases.
+	underDB, baselineDB = "billing_bench_under", "billing_bench_baseline"
 )
 
 // binary is a billing-consumer binary and the database it bills into.
 type binary struct {
-	Label string // "under test" or "baseline"
-	path  string
-	dbURL string
-	db    *pgxpool.Pool
+	Label  string // "under test" or "baseline"
+	path   string
+	dbURL  string
+	dbName string
+	db     *pgxpool.Pool
 }
 
 // bench holds what the runs share. Its methods run one at a time.
 type bench struct {
 	o           options
-	under, base *binary // base is nil without -baseline
+	admin       *pgxpool.Pool // BILLING_DATABASE_URL's: creates and drops the scratch databases
+	under, base *binary       // base is nil without -baseline
 	machine     machine
 	postmaster  int   // pid of the Postgres server, for its CPU (proc.go)
 	nextOrder   int64 // first free order id: fresh per invocation (from the clock)
@@ -52,64 +59,67 @@ type bench struct {
 }
 
 // openBench describes the machine, refuses a Postgres without fsync,
-// creates the dead-letter topic and migrates the database of each binary.
-// The caller closes the bench.
+// creates the dead-letter topic and the database of each binary. The
+// caller closes the bench.
 func openBench(ctx context.Context, o options, log, out io.Writer) (*bench, error) {
-	pool, err := pgxpool.New(ctx, o.dbURL)
+	admin, err := pgxpool.New(ctx, o.dbURL)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	b := &bench{o: o, log: log, out: out, nextOrder: time.Now().UnixMilli() * 1000,
-		under: &binary{Label: "under test", path: o.bin, dbURL: o.dbURL, db: pool}}
-	if b.machine, err = describe(ctx, pool, o); err != nil {
+	b := &bench{o: o, admin: admin, log: log, out: out, nextOrder: time.Now().UnixMilli() * 1000}
+	if b.machine, err = describe(ctx, admin, o); err != nil {
 		return b, err
 	}
 	if b.machine.Fsync != "on" {
 		return b, fmt.Errorf("postgres runs with fsync=%s: the numbers would not be those of durable commits", b.machine.Fsync)
 	}
-	if b.postmaster, err = postmasterPID(ctx, pool); err != nil {
+	if b.postmaster, err = postmasterPID(ctx, admin); err != nil {
 		return b, err
 	}
 	if err := kafkatest.CreateTopicErr(ctx, o.brokers, dlqTopic, 3); err != nil {
 		return b, fmt.Errorf("create topic %s: %w", dlqTopic, err)
 	}
-	if err := b.migrate(ctx, b.under); err != nil {
+	if b.under, err = b.scratch(ctx, "under test", o.bin, underDB); err != nil {
 		return b, err
 	}
 	if o.baseline != "" && o.profileDir == "" {
-		b.base, err = b.openBaseline(ctx)
+		b.base, err = b.scratch(ctx, "baseline", o.baseline, baselineDB)
 	}
 	return b, err
 }
 
-// close closes the pools and drops the baseline's database.
+// close closes the pools and drops the scratch databases.
 func (b *bench) close() {
-	if b.base != nil && b.base.db != nil {
-		b.base.db.Close()
-		_, _ = b.under.db.Exec(context.Background(), "DROP DATABASE IF EXISTS "+baselineDB+" WITH (FORCE)")
+	for _, bin := range []*binary{b.under, b.base} {
+		if bin != nil && bin.db != nil {
+			bin.db.Close()
+			_, _ = b.admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+bin.dbName+" WITH (FORCE)")
+		}
 	}
-	b.under.db.Close()
+	b.admin.Close()
 }
 
-// openBaseline recreates baselineDB and migrates it with the -baseline
-// binary.
-func (b *bench) openBaseline(ctx context.Context) (*binary, error) {
+// scratch creates the database name afresh and migrates it with the binary
+// at path.
+func (b *bench) scratch(ctx context.Context, label, path, name string) (*binary, error) {
 	u, err := url.Parse(b.o.dbURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return nil, errors.New("BILLING_DATABASE_URL must be a postgres:// URL for the baseline's database")
+		return nil, errors.New("BILLING_DATABASE_URL must be a postgres:// URL: the bench creates its scratch databases beside its database")
 	}
-	u.Path = "/" + baselineDB
-	for _, sql := range []string{"DROP DATABASE IF EXISTS " + baselineDB + " WITH (FORCE)", "CREATE DATABASE " + baselineDB} {
-		if _, err := b.under.db.Exec(ctx, sql); err != nil {
+	u.Path = "/" + name
+	for _, sql := range []string{"DROP DATABASE IF EXISTS " + name + " WITH (FORCE)", "CREATE DATABASE " + name} {
+		if _, err := b.admin.Exec(ctx, sql); err != nil {
 			return nil, fmt.Errorf("%s: %w", sql, err)
 		}
 	}
-	base := &binary{Label: "baseline", path: b.o.baseline, dbURL: u.String()}
-	if err := b.migrate(ctx, base); err != nil {
-		return nil, fmt.Errorf("baseline: %w", err)
+	bin := &binary{Label: label, path: path, dbURL: u.String(), dbName: name}
+	if bin.db, err = pgxpool.New(ctx, bin.dbURL); err != nil {
+		return nil, err
 	}
-	base.db, err = pgxpool.New(ctx, base.dbURL)
-	return base, err
+	if err := b.migrate(ctx, bin); err != nil {
+		return bin, fmt.Errorf("%s: %w", label, err)
+	}
+	return bin, nil
 }
 
 // migrate runs the binary's migrate and retention commands (retention

@@ -23,7 +23,7 @@ import (
 // stay out.
 const (
 	steadyFrom, steadyTo = 0.2, 0.8
-	scrapeEvery          = 50 * time.Millisecond
+	scrapeEvery          = 250 * time.Millisecond
 	// drainBacklog is the backlog of the drains (times -scale): about
 	// thirty seconds of work here.
 	drainBacklog = 160_000
@@ -60,6 +60,7 @@ type drain struct {
 	WAL            float64  `json:"wal_bytes_per_event"`
 	Allocs         float64  `json:"allocs_per_event"`
 	AllocBytes     float64  `json:"alloc_bytes_per_event"`
+	PerTx          float64  `json:"events_per_transaction"`
 	PeakRSS        int64    `json:"peak_rss_bytes"`
 	PeakHeap       int64    `json:"peak_heap_inuse_bytes"`
 	PeakGoroutines int      `json:"peak_goroutines"`
@@ -106,8 +107,8 @@ func (b *bench) drain(ctx context.Context, s drainSpec) (drain, error) {
 		return d, fmt.Errorf("billing-consumer did not stop cleanly: %w", err)
 	}
 	d.Problems, err = b.verify(ctx, p, plan)
-	fmt.Fprintf(b.out, "%.0f events/s, %.0f µs CPU/event (Postgres %.0f), %.0f allocs/event, peak RSS %s, heap %s\n",
-		d.EventsPerS, d.CPU, d.PGCPU, d.Allocs, mb(d.PeakRSS), mb(d.PeakHeap))
+	fmt.Fprintf(b.out, "%.0f events/s, %.0f µs CPU/event (Postgres %.0f), %.0f allocs/event, %.1f events/transaction, peak RSS %s, heap %s\n",
+		d.EventsPerS, d.CPU, d.PGCPU, d.Allocs, d.PerTx, mb(d.PeakRSS), mb(d.PeakHeap))
 	return d, err
 }
 
@@ -116,6 +117,7 @@ func (b *bench) drain(ctx context.Context, s drainSpec) (drain, error) {
 type reading struct {
 	at                                    time.Time
 	finished, cpu, mallocs, allocs, pgCPU float64
+	batched, batches                      float64 // billing_batch_size's sum and count
 	wal                                   int64
 }
 
@@ -135,6 +137,9 @@ func (b *bench) watch(ctx context.Context, proc *consumerProc, s drainSpec, d *d
 			}
 			r := reading{at: time.Now(), finished: sum(f, "billing_events_total"), cpu: sum(f, "process_cpu_seconds_total"),
 				mallocs: sum(f, "go_memstats_mallocs_total"), allocs: sum(f, "go_memstats_alloc_bytes_total")}
+			if h := f["billing_batch_size"].GetMetric(); len(h) == 1 {
+				r.batched, r.batches = h[0].GetHistogram().GetSampleSum(), float64(h[0].GetHistogram().GetSampleCount())
+			}
 			d.PeakHeap = max(d.PeakHeap, int64(sum(f, "go_memstats_heap_inuse_bytes")))
 			d.PeakGoroutines = max(d.PeakGoroutines, int(sum(f, "go_goroutines")))
 			d.PeakFDs = max(d.PeakFDs, int(sum(f, "process_open_fds")))
@@ -174,7 +179,7 @@ func (b *bench) watch(ctx context.Context, proc *consumerProc, s drainSpec, d *d
 // cluster's: the baseline's database writes to the same one.
 func (b *bench) readPostgres(ctx context.Context, r *reading) error {
 	r.pgCPU = pgCPU(b.postmaster)
-	if err := b.under.db.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").Scan(&r.wal); err != nil {
+	if err := b.admin.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").Scan(&r.wal); err != nil {
 		return fmt.Errorf("read the WAL position: %w", err)
 	}
 	return nil
@@ -192,6 +197,9 @@ func (d *drain) perEvent(a, z reading) {
 	d.CPU, d.PGCPU = (z.cpu-a.cpu)*1e6/n, (z.pgCPU-a.pgCPU)*1e6/n
 	d.WAL = float64(z.wal-a.wal) / n
 	d.Allocs, d.AllocBytes = (z.mallocs-a.mallocs)/n, (z.allocs-a.allocs)/n
+	if z.batches > a.batches {
+		d.PerTx = (z.batched - a.batched) / (z.batches - a.batches)
+	}
 }
 
 // sum is the total of every series of family name (counters and gauges);
@@ -270,6 +278,7 @@ var compared = []metric{
 	{"Postgres CPU µs/event", func(d drain) float64 { return d.PGCPU }},
 	{"WAL bytes/event", func(d drain) float64 { return d.WAL }},
 	{"allocs/event", func(d drain) float64 { return d.Allocs }},
+	{"events/transaction", func(d drain) float64 { return d.PerTx }},
 }
 
 // medianRatio is, over the pairs of drains (runDrains with -baseline),
