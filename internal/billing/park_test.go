@@ -274,3 +274,71 @@ func containsAny(s string, subs ...string) bool {
 	}
 	return false
 }
+
+// The service's passes (Completer.Passes) count the claims on every full
+// pass, and on a parked pass only while the last count saw parked claims
+// or deferred events: a healthy stream's unsettled claims (each in-flight
+// event's) are not scanned every tick. The parked claim is counted on the
+// parked passes until it has settled, then its event's kept record (a
+// deferred row until the event is decided); the pass that sees neither
+// counts once more, so the gauge comes back to 0, and the next does not.
+func TestPassesCountParkedClaimsEveryTickOnly(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	ctx := context.Background()
+	c := e.completer(t, e.charger, 0)
+	var reps []billing.PassReport
+	_, run := c.Passes(time.Hour, func(rep billing.PassReport) { reps = append(reps, rep) })
+	pass := func() billing.PassReport {
+		t.Helper()
+		if err := run(ctx); err != nil {
+			t.Fatalf("pass: %v", err)
+		}
+		return reps[len(reps)-1]
+	}
+	if rep := pass(); !rep.Counted {
+		t.Fatalf("the first pass (a full one) did not count: %+v", rep)
+	}
+	if rep := pass(); rep.Counted {
+		t.Fatalf("a parked pass counted with nothing parked or deferred: %+v", rep)
+	}
+	ev := event(9450, 2500)
+	e.pendingClaim(t, ev, paysim.Faults{ErrorRate: 1})
+	if ok, err := e.svc.Park(ctx, ev, recordOf(ev)); err != nil || !ok {
+		t.Fatalf("Park = %v, %v; want true", ok, err)
+	}
+	// Until the next full pass the parked claim is not counted; a
+	// full pass sees it (a Passes of its own, whose first pass is full).
+	_, run = c.Passes(time.Hour, func(rep billing.PassReport) { reps = append(reps, rep) })
+	if rep := pass(); !rep.Counted || rep.Unsettled.Parked != 1 {
+		t.Fatalf("full pass: %+v; want 1 parked counted", rep)
+	}
+	e.sim.SetFaults(paysim.Faults{})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rep := pass()
+		if !rep.Counted {
+			t.Fatalf("a parked pass did not count while a claim was parked: %+v", rep)
+		}
+		if rep.Unsettled.Parked == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the parked claim was not settled within 30s: %+v", rep)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.assertChargedOnce(t, ev)
+	if rep := pass(); !rep.Counted || rep.Unsettled.Deferred != 1 {
+		t.Fatalf("pass after the charge: %+v; want the event's kept record counted as deferred", rep)
+	}
+	// The event decided (its row gone, as DecideDeferred leaves it).
+	if _, err := e.pool.Exec(ctx, "DELETE FROM deferred_event"); err != nil {
+		t.Fatal(err)
+	}
+	if rep := pass(); !rep.Counted || rep.Unsettled.Parked+rep.Unsettled.Deferred != 0 {
+		t.Fatalf("pass after the decision: %+v; want a count of nothing waiting", rep)
+	}
+	if rep := pass(); rep.Counted {
+		t.Fatalf("a parked pass counted with nothing parked or deferred any more: %+v", rep)
+	}
+}
