@@ -9,6 +9,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -75,19 +76,30 @@ func NewStoreOn(c Conn) *Store { return &Store{db: c} }
 // against each other: a deadlock across the two tables, which needs two
 // batches replaying the same events at once, is a Transient error,
 // retried; classify.go).
-var claimSQL = `WITH v AS (
+var (
+	claimSQL = claimHead + claimReplayed + claimInsert
+	// claimFreshSQL is claimSQL without rp, for a batch none of whose
+	// records is a replay (every $10 is 0): rp inserts nothing then, and
+	// its step cost about 6% of the statement's CPU in Postgres.
+	claimFreshSQL = claimHead + claimInsert
+)
+
+// The steps of claimSQL.
+var (
+	claimHead = `WITH v AS (
   SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[], $5::uuid[], $10::int[]) WITH ORDINALITY AS v(o, e, c, a, t, r, n)),
 dl AS (
   SELECT d.event_id, d.reason, d.error FROM v JOIN dead_letter d ON d.event_id = v.e AND d.consumer_group = $6
     AND d.order_id = v.o AND d.customer_id = v.c AND d.amount = v.a::numeric AND d.replay_count >= v.r
-  WHERE d.reason <> '` + billing.ReplayedReason + `' AND NOT EXISTS (SELECT 1 FROM charge x WHERE x.event_id = v.e AND x.status = 'charged')),
-rp AS (
+  WHERE d.reason <> '` + billing.ReplayedReason + `' AND NOT EXISTS (SELECT 1 FROM charge x WHERE x.event_id = v.e AND x.status = 'charged')),`
+	claimReplayed = `rp AS (
   INSERT INTO dead_letter AS d (event_id, consumer_group, order_id, customer_id, amount, reason, replay_count, error)
   SELECT e, $6, o, c, a::numeric, '` + billing.ReplayedReason + `', r, '' FROM v WHERE r > 0 ORDER BY e
   ON CONFLICT (event_id, consumer_group, order_id, customer_id, amount) DO UPDATE
   SET reason = excluded.reason, replay_count = excluded.replay_count, error = '', decided_at = now()
   WHERE d.replay_count < excluded.replay_count),
-ins AS (
+`
+	claimInsert = `ins AS (
   INSERT INTO charge (order_id, event_id, customer_id, amount, claimed_at, charged_at, status, claim_token,
     in_flight_until, decide_after, claimed_by)
   SELECT o, e, c, a::numeric, now(), now(), 'pending', t,
@@ -98,6 +110,7 @@ ins AS (
   ON CONFLICT DO NOTHING RETURNING event_id)
 SELECT event_id, NULL::text, NULL::text FROM ins
 UNION ALL SELECT event_id, reason, error FROM dl`
+)
 
 const (
 	// lookupSQL returns the rows that stopped a claim: the order's row,
@@ -144,7 +157,11 @@ func (s *Store) ClaimOrders(ctx context.Context, group string, sends billing.Sen
 		replays[k] = int32(c.ReplayCount)
 	}
 	inFlight, decideAfter := sendArgs(sends)
-	rows, err := s.db.Query(ctx, claimSQL, orders, ids, customers, amounts, tokens, group, inFlight, decideAfter, sends.Host, replays)
+	sql := claimFreshSQL
+	if slices.ContainsFunc(replays, func(r int32) bool { return r > 0 }) {
+		sql = claimSQL
+	}
+	rows, err := s.db.Query(ctx, sql, orders, ids, customers, amounts, tokens, group, inFlight, decideAfter, sends.Host, replays)
 	var answers []billing.ClaimAnswer
 	if err == nil {
 		answers, err = scanClaimAnswers(rows, len(claims))
