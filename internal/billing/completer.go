@@ -84,7 +84,7 @@ type Completer struct {
 	// I4); nil means never paused. A pass consults it before each claim
 	// it would change and again right before each request leaves; once it
 	// says paused, the pass sends and changes nothing more and reports
-	// PassReport.Paused (its counts are still read). Claims are not
+	// PassReport.Paused (its counts are still read, unless SkipCount). Claims are not
 	// blocked during a pause either: blocking sends nothing, but the pause
 	// is an operator's word that the ledger stands still. It is called
 	// from the pass's goroutine, once or twice per claim.
@@ -278,7 +278,8 @@ func (c *Completer) count(ctx context.Context, sess Session) (Unsettled, error) 
 //
 // A full pass counts the claims; a parked pass only while the last count
 // saw parked claims or deferred events, so that the gauges follow them
-// every tick while there are some. A healthy stream has none and is
+// every tick while there are some, or failed. A claim parked after a count
+// that saw none shows in the gauges at the next full pass. A healthy stream has none and is
 // counted once an interval: the count scans every unsettled claim (each
 // in-flight event's among them), which a one-second tick made about 2%
 // of Postgres's CPU in a saturated drain.
@@ -291,8 +292,11 @@ func (c *Completer) Passes(interval time.Duration, onPass func(PassReport)) (tic
 			opt, lastFull = PassOptions{}, now
 		}
 		rep, err := c.RunOnce(ctx, opt)
-		if rep.Counted {
+		switch {
+		case rep.Counted:
 			waiting = rep.Unsettled.Parked+rep.Unsettled.Deferred > 0
+		case !opt.SkipCount:
+			waiting = true // the count failed: count again at the next tick
 		}
 		if onPass != nil {
 			onPass(rep)

@@ -342,3 +342,49 @@ func TestPassesCountParkedClaimsEveryTickOnly(t *testing.T) {
 		t.Fatalf("a parked pass counted with nothing parked or deferred any more: %+v", rep)
 	}
 }
+
+// failingCounts fails the first n counts of its sessions' passes.
+type failingCounts struct {
+	billing.Sessions
+	n *int
+}
+
+func (f failingCounts) Acquire(ctx context.Context) (billing.Session, error) {
+	s, err := f.Sessions.Acquire(ctx)
+	return failingCount{s, f.n}, err
+}
+
+type failingCount struct {
+	billing.Session
+	n *int
+}
+
+func (f failingCount) CountUnsettled(ctx context.Context) (billing.Unsettled, error) {
+	if *f.n > 0 {
+		*f.n--
+		return billing.Unsettled{}, errors.New("count refused (test)")
+	}
+	return f.Session.CountUnsettled(ctx)
+}
+
+// A count that failed is tried again at the next tick, not at the next
+// full pass: the gauges would otherwise keep a stale value for an
+// interval more.
+func TestPassesCountAgainAfterAFailedCount(t *testing.T) {
+	e := newEnv(t, "secret-token")
+	ctx := context.Background()
+	c := e.completer(t, e.charger, 0)
+	fails := 1
+	c.Sessions = failingCounts{c.Sessions, &fails}
+	var reps []billing.PassReport
+	_, run := c.Passes(time.Hour, func(rep billing.PassReport) { reps = append(reps, rep) })
+	if err := run(ctx); err == nil || reps[0].Counted {
+		t.Fatalf("first pass: %+v, %v; want its count failed", reps[0], err)
+	}
+	if err := run(ctx); err != nil || !reps[1].Counted {
+		t.Fatalf("the parked pass after a failed count: %+v, %v; want it counted", reps[1], err)
+	}
+	if err := run(ctx); err != nil || reps[2].Counted {
+		t.Fatalf("the next parked pass, nothing parked or deferred: %+v, %v; want no count", reps[2], err)
+	}
+}

@@ -145,7 +145,7 @@ logged AS (INSERT INTO claim_send (order_id, event_id, sender, host, in_flight_u
 SELECT order_id, event_id, who, $6, now() + $4 * interval '1 millisecond' FROM sent)
 SELECT event_id FROM sent`
 
-// ClaimOrders runs claimSQL.
+// ClaimOrders runs claimSQL, or claimFreshSQL when no record is a replay.
 func (s *Store) ClaimOrders(ctx context.Context, group string, sends billing.SendConfig, claims []billing.NewClaim) ([]billing.ClaimAnswer, error) {
 	// Event ids and tokens as [16]byte: pgx encodes those in binary as they
 	// are (a uuid.UUID would go through its text form).
@@ -175,7 +175,7 @@ func (s *Store) ClaimOrders(ctx context.Context, group string, sends billing.Sen
 	return answers, nil
 }
 
-// scanClaimAnswers scans claimSQL's rows (n at most): a NULL reason is a
+// scanClaimAnswers scans the claim statement's rows (n at most): a NULL reason is a
 // claim won. The scan targets are shared by the rows, so that a won claim
 // costs no allocation beyond its answer.
 func scanClaimAnswers(rows pgx.Rows, n int) ([]billing.ClaimAnswer, error) {
