@@ -84,10 +84,10 @@ type Completer struct {
 	// I4); nil means never paused. A pass consults it before each claim
 	// it would change and again right before each request leaves; once it
 	// says paused, the pass sends and changes nothing more and reports
-	// PassReport.Paused (its counts are still read, unless SkipCount). Claims are not
-	// blocked during a pause either: blocking sends nothing, but the pause
-	// is an operator's word that the ledger stands still. It is called
-	// from the pass's goroutine, once or twice per claim.
+	// PassReport.Paused (its counts are still read, unless SkipCount).
+	// Claims are not blocked during a pause either: blocking sends nothing,
+	// but the pause is an operator's word that the ledger stands still. It
+	// is called from the pass's goroutine, once or twice per claim.
 	Paused func() bool
 }
 
@@ -277,12 +277,12 @@ func (c *Completer) count(ctx context.Context, sess Session) (Unsettled, error) 
 // is called by one goroutine at a time.
 //
 // A full pass counts the claims; a parked pass only while the last count
-// saw parked claims or deferred events, so that the gauges follow them
-// every tick while there are some, or failed. A claim parked after a count
-// that saw none shows in the gauges at the next full pass. A healthy stream has none and is
-// counted once an interval: the count scans every unsettled claim (each
-// in-flight event's among them), which a one-second tick made about 2%
-// of Postgres's CPU in a saturated drain.
+// saw parked claims or deferred events, or failed, so that the gauges
+// follow them every tick while there are some. A claim parked after a
+// count that saw none shows in the gauges at the next full pass. A
+// healthy stream has none and is counted once an interval: the count
+// scans every unsettled claim (each in-flight event's among them), which
+// a one-second tick made about 2% of Postgres's CPU in a saturated drain.
 func (c *Completer) Passes(interval time.Duration, onPass func(PassReport)) (tick time.Duration, runOnce func(context.Context) error) {
 	var lastFull time.Time
 	waiting := false // the last count saw parked claims or deferred events

@@ -175,9 +175,9 @@ func (s *Store) ClaimOrders(ctx context.Context, group string, sends billing.Sen
 	return answers, nil
 }
 
-// scanClaimAnswers scans the claim statement's rows (n at most): a NULL reason is a
-// claim won. The scan targets are shared by the rows, so that a won claim
-// costs no allocation beyond its answer.
+// scanClaimAnswers scans the claim statement's rows (n at most): a NULL
+// reason is a claim won. The scan targets are shared by the rows, so that
+// a won claim costs no allocation beyond its answer.
 func scanClaimAnswers(rows pgx.Rows, n int) ([]billing.ClaimAnswer, error) {
 	defer rows.Close()
 	answers := make([]billing.ClaimAnswer, 0, n)
