@@ -12,7 +12,7 @@ type workers struct{ pool *elastic.Pool[func()] }
 // newWorkers returns a pool of at most n workers. Call close when no more
 // jobs come.
 func newWorkers(n int) *workers {
-	return &workers{pool: elastic.New(n, func(f func()) { f() })}
+	return &workers{pool: elastic.New(n, func(f func()) { f() }, func(f func()) bool { return f == nil })}
 }
 
 // run runs f on an idle worker, on a new one when none is idle and the

@@ -70,7 +70,7 @@ func (in *inbox) take(into []completion) []completion {
 // slots (pool.Slots) and spawns one. stopWorkers ends them once no
 // partition can hand out a message any more, and waits for them.
 func (c *Consumer) startWorkers() (stopWorkers func()) {
-	c.pool = elastic.New(c.cfg.Concurrency, c.runJob)
+	c.pool = elastic.New(c.cfg.Concurrency, c.runJob, func(j job) bool { return j.p == nil })
 	return c.pool.Close
 }
 
