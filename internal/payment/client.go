@@ -126,7 +126,10 @@ type Client struct {
 	jsonType      []string
 	timeout       time.Duration
 	observe       func(string, time.Duration)
-	http          *http.Client
+	// http owns transport (its idle connections); an attempt is a
+	// transport.RoundTrip (see do).
+	http      *http.Client
+	transport http.RoundTripper
 	// propagator is nil when no trace context is sent; tracer is nil when
 	// no span is started.
 	propagator propagation.TextMapPropagator
@@ -234,7 +237,7 @@ func (c *Client) setupNetHTTP(cfg Config, endpoint *url.URL, tlsCfg *tls.Config,
 	if err != nil { // endpoint was validated in New: a bug
 		return fmt.Errorf("payment: building the request: %w", err)
 	}
-	c.template = template
+	c.template, c.transport = template, transport
 	c.http = &http.Client{
 		Transport: transport,
 		// No Client.Timeout: the per-attempt context in Charge covers

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strings"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -60,8 +61,14 @@ func (c *Client) request(attemptCtx, traceCtx context.Context, ch Charge) *http.
 
 // do sends req and reads the answer. code is the value for Observe.
 func (c *Client) do(ctx, attemptCtx context.Context, req *http.Request) (Result, string, error) {
-	resp, err := c.http.Do(req)
+	// The Transport's RoundTrip, not http.Client.Do: with redirects
+	// refused (ErrUseLastResponse), no jar and no Client.Timeout, Do only
+	// added a copy of the headers for redirects that never happen and its
+	// bookkeeping, 1.6 µs of the consumer's CPU per charge in the bench's
+	// profiles. Its error wrapping, a *url.Error, is kept.
+	resp, err := c.transport.RoundTrip(req)
 	if err != nil {
+		err = &url.Error{Op: "Post", URL: c.template.URL.String(), Err: err}
 		return Result{}, "error", c.noAnswer(ctx, attemptCtx.Err() != nil, err)
 	}
 	buf := getBuffer()
