@@ -4,7 +4,7 @@ import "github.com/billing-consumer/billing-consumer/internal/elastic"
 
 // workers is a pool of goroutines that run the charges of a batch in
 // parallel (internal/elastic: they start as the charges need them, up to
-// the pool's size, and end after elastic.Idle without a charge).
+// the pool's size, and those not needed for elastic.Idle end).
 //
 // A nil *workers has no worker: every job gets a goroutine of its own.
 type workers struct{ pool *elastic.Pool[func()] }

@@ -110,7 +110,11 @@ func (p *Pool[T]) retire(idle time.Duration) {
 			return
 		case <-tick.C:
 		}
-		p.end(p.fewest.Swap(p.idle.Load()))
+		spare := p.fewest.Swap(p.idle.Load())
+		// A worker that took a job between the Load and the Swap lowered
+		// the old count, not the new one.
+		p.lower(p.idle.Load())
+		p.end(spare)
 	}
 }
 

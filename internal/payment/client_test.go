@@ -276,6 +276,15 @@ func TestChargeTLS(t *testing.T) {
 		if e := mustPaymentError(t, err); e.Kind != fault.Systemic || e.Status != 0 {
 			t.Errorf("untrusted server: %+v", e)
 		}
+
+		// A plain HTTP server at an https URL: its first record is not
+		// TLS, so nothing was sent either, and it is Systemic too.
+		plain := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+		c = newClient(t, strings.Replace(plain.URL, "http://", "https://", 1), nil)
+		_, err = c.Charge(t.Context(), testCharge())
+		if e := mustPaymentError(t, err); e.Kind != fault.Systemic || e.Status != 0 {
+			t.Errorf("HTTP server at an https URL: %+v", e)
+		}
 	})
 }
 
