@@ -75,9 +75,7 @@ func (p *Pool[T]) Spawn(j T) {
 			p.idle.Add(1)
 			var ok bool
 			j, ok = <-p.Jobs
-			if n := p.idle.Add(-1); n < p.fewest.Load() {
-				p.lower(n)
-			}
+			p.lower(p.idle.Add(-1))
 			if !ok || p.none(j) {
 				return
 			}
