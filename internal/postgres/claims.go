@@ -76,6 +76,18 @@ func NewStoreOn(c Conn) *Store { return &Store{db: c} }
 // against each other: a deadlock across the two tables, which needs two
 // batches replaying the same events at once, is a Transient error,
 // retried; classify.go).
+//
+// Both checks are gated, so that a healthy stream pays for neither per
+// record: the orders are looked up in deferred_event only when the group
+// has a deferred event at all (one index probe), and dead_letter is joined
+// only when it holds a row of the group for one of the batch's events.
+// Each gate is an InitPlan, evaluated once per statement on the
+// statement's snapshot, the one its check reads: an open gate runs the
+// check as before, a closed one skips a check that would find nothing. In
+// a 100-claim statement on empty tables they took Postgres's CPU from 12.6
+// to 11.8 µs per claim (b522a65's bare insert: 11.0); while dead_letter
+// has rows, its gate probes the index once per event, which costs less
+// than the join it gates.
 var (
 	claimSQL = claimHead + claimReplayed + claimInsert
 	// claimFreshSQL is claimSQL without rp, for a batch none of whose
@@ -86,12 +98,13 @@ var (
 
 // The steps of claimSQL.
 var (
-	claimHead = `WITH v AS (
+	claimHead = `WITH v AS NOT MATERIALIZED (
   SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::text[], $5::uuid[], $10::int[]) WITH ORDINALITY AS v(o, e, c, a, t, r, n)),
 dl AS (
   SELECT d.event_id, d.reason, d.error FROM v JOIN dead_letter d ON d.event_id = v.e AND d.consumer_group = $6
     AND d.order_id = v.o AND d.customer_id = v.c AND d.amount = v.a::numeric AND d.replay_count >= v.r
-  WHERE d.reason <> '` + billing.ReplayedReason + `' AND NOT EXISTS (SELECT 1 FROM charge x WHERE x.event_id = v.e AND x.status = 'charged')),`
+  WHERE (SELECT EXISTS (SELECT 1 FROM dead_letter g WHERE g.event_id = ANY($2) AND g.consumer_group = $6))
+    AND d.reason <> '` + billing.ReplayedReason + `' AND NOT EXISTS (SELECT 1 FROM charge x WHERE x.event_id = v.e AND x.status = 'charged')),`
 	claimReplayed = `rp AS (
   INSERT INTO dead_letter AS d (event_id, consumer_group, order_id, customer_id, amount, reason, replay_count, error)
   SELECT e, $6, o, c, a::numeric, '` + billing.ReplayedReason + `', r, '' FROM v WHERE r > 0 ORDER BY e
@@ -105,7 +118,8 @@ dl AS (
   SELECT o, e, c, a::numeric, now(), now(), 'pending', t,
     now() + $7 * interval '1 millisecond', now() + $8 * interval '1 millisecond', $9
   FROM v
-  WHERE NOT EXISTS (` + ahead("$6", "v.o", "v.e") + `) AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.event_id = v.e)
+  WHERE ((SELECT min(g.order_id) FROM deferred_event g WHERE g.consumer_group = $6) IS NULL OR NOT EXISTS (` + ahead("$6", "v.o", "v.e") + `))
+    AND (NOT (SELECT EXISTS (SELECT 1 FROM dl)) OR NOT EXISTS (SELECT 1 FROM dl WHERE dl.event_id = v.e))
   ORDER BY o, n
   ON CONFLICT DO NOTHING RETURNING event_id)
 SELECT event_id, NULL::text, NULL::text FROM ins

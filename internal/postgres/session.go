@@ -61,8 +61,21 @@ WHERE status = 'blocked' ORDER BY claimed_at LIMIT 100`
 // The completer's statements for parked claims.
 const (
 	// parkedDueSQL selects the parked claims whose next re-send is due.
+	// It runs every second or so, under parkedDuePlan.
 	parkedDueSQL = `SELECT ` + claimColumns + ` FROM charge
 WHERE status = 'pending' AND parked_at IS NOT NULL AND next_send_at <= now() ORDER BY next_send_at LIMIT $1`
+	// parkedDuePlan makes Postgres read parkedDueSQL's rows from
+	// charge_parked_due, which holds the parked claims only. The planner
+	// would read charge_unsettled instead, and sort: its statistics count
+	// almost no unsettled claims, as a healthy ledger has few at any
+	// moment, but that index also keeps an entry, dead until the next
+	// VACUUM, for every claim settled since, and the scan steps over all
+	// of them (7 ms a poll in the bench's drain, 0.7 µs of Postgres's CPU
+	// per event billed). Without a sort, only charge_parked_due gives the
+	// order asked for. SET LOCAL holds for the statement's transaction;
+	// Postgres keeps the plan made under it for the connection's
+	// prepared statement.
+	parkedDuePlan = `SET LOCAL enable_sort = off`
 )
 
 // TryLock takes the session's advisory lock key (pglock.TryLock).
@@ -76,9 +89,21 @@ func (s pgSession) StaleClaims(ctx context.Context, olderThan time.Duration, lim
 	return s.claims(ctx, staleClaimsSQL, olderThan.Milliseconds(), limit)
 }
 
-// ParkedDue runs parkedDueSQL.
+// ParkedDue runs parkedDueSQL under parkedDuePlan, in a transaction of
+// its own.
 func (s pgSession) ParkedDue(ctx context.Context, limit int) ([]billing.Claim, error) {
-	return s.claims(ctx, parkedDueSQL, limit)
+	var claims []billing.Claim
+	err := pgx.BeginFunc(ctx, s.conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, parkedDuePlan); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, parkedDueSQL, limit)
+		if err == nil {
+			claims, err = pgx.CollectRows(rows, scanClaim)
+		}
+		return err
+	})
+	return claims, classifyDB(err)
 }
 
 func (s pgSession) claims(ctx context.Context, sql string, args ...any) ([]billing.Claim, error) {
