@@ -72,9 +72,10 @@ WHERE status = 'pending' AND parked_at IS NOT NULL AND next_send_at <= now() ORD
 	// VACUUM, for every claim settled since, and the scan steps over all
 	// of them (7 ms a poll in the bench's drain, 0.7 µs of Postgres's CPU
 	// per event billed). Without a sort, only charge_parked_due gives the
-	// order asked for. SET LOCAL holds for the statement's transaction;
-	// Postgres keeps the plan made under it for the connection's
-	// prepared statement.
+	// order asked for. SET LOCAL holds for the statement's transaction.
+	// Postgres does not re-plan a prepared statement when a setting
+	// changes, so ParkedDue must stay parkedDueSQL's only caller: then
+	// every plan of it, custom or cached, is made under the setting.
 	parkedDuePlan = `SET LOCAL enable_sort = off`
 )
 
