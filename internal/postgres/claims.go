@@ -203,15 +203,20 @@ func scanClaimAnswers(rows pgx.Rows, n int) ([]billing.ClaimAnswer, error) {
 
 // LookupClaims runs lookupSQL.
 func (s *Store) LookupClaims(ctx context.Context, orders []int64, ids []uuid.UUID) ([]billing.Claim, error) {
-	rows, err := s.db.Query(ctx, lookupSQL, orders, dedup.Binary(ids))
-	var claims []billing.Claim
-	if err == nil {
-		claims, err = pgx.CollectRows(rows, scanClaim)
-	}
+	claims, err := queryClaims(ctx, s.db, lookupSQL, orders, dedup.Binary(ids))
 	if err != nil {
 		return nil, classifyDB(fmt.Errorf("read the ledger: %w", err))
 	}
 	return claims, nil
+}
+
+// queryClaims runs sql on db and scans its rows as claimColumns.
+func queryClaims(ctx context.Context, db querier, sql string, args ...any) ([]billing.Claim, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanClaim)
 }
 
 // scanClaim scans claimColumns.

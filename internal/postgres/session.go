@@ -87,7 +87,8 @@ func (s pgSession) TryLock(ctx context.Context, key int64, timeout time.Duration
 
 // StaleClaims runs staleClaimsSQL.
 func (s pgSession) StaleClaims(ctx context.Context, olderThan time.Duration, limit int) ([]billing.Claim, error) {
-	return s.claims(ctx, staleClaimsSQL, olderThan.Milliseconds(), limit)
+	claims, err := queryClaims(ctx, s.conn, staleClaimsSQL, olderThan.Milliseconds(), limit)
+	return claims, classifyDB(err)
 }
 
 // ParkedDue runs parkedDueSQL under parkedDuePlan, in a transaction of
@@ -98,21 +99,10 @@ func (s pgSession) ParkedDue(ctx context.Context, limit int) ([]billing.Claim, e
 		if _, err := tx.Exec(ctx, parkedDuePlan); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, parkedDueSQL, limit)
-		if err == nil {
-			claims, err = pgx.CollectRows(rows, scanClaim)
-		}
+		var err error
+		claims, err = queryClaims(ctx, tx, parkedDueSQL, limit)
 		return err
 	})
-	return claims, classifyDB(err)
-}
-
-func (s pgSession) claims(ctx context.Context, sql string, args ...any) ([]billing.Claim, error) {
-	rows, err := s.conn.Query(ctx, sql, args...)
-	var claims []billing.Claim
-	if err == nil {
-		claims, err = pgx.CollectRows(rows, scanClaim)
-	}
 	return claims, classifyDB(err)
 }
 
