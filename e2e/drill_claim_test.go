@@ -153,6 +153,16 @@ func (w *world) claimStatus(t *testing.T, order int64) (status, chargeID string)
 	return status, chargeID
 }
 
+// deferredRows counts event's rows in deferred_event.
+func (w *world) deferredRows(t *testing.T, event uuid.UUID) int {
+	t.Helper()
+	var n int
+	if err := w.db.QueryRow(context.Background(), `SELECT count(*) FROM deferred_event WHERE event_id = $1`, event).Scan(&n); err != nil {
+		t.Fatalf("count deferred rows: %v", err)
+	}
+	return n
+}
+
 // pollFor polls cond every 200ms up to timeout, failing with what.
 func pollFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -168,8 +178,11 @@ func pollFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // read from docs/operations.md and run with the placeholders filled in.
 // Order A's charge was taken by the provider after the consumer gave up on
 // it (blocked, outcome unknown); order B's was never taken (blocked after
-// 500s). After the runbook: A is charged exactly once, with the provider's
-// charge id; B has no claim and a new event for it charges it once; both
+// 500s), and B's own event waits in deferred_event on its blocked claim.
+// After the runbook: A is charged exactly once, with the provider's charge
+// id; B's release lets its own deferred event charge it once, under its
+// own key (operations.md: "A released order is charged again by the events
+// kept for it"), and a later event for B is a duplicate_order; both
 // decisions are in claim_audit; the blocked gauge is back at 0 and stays
 // there, and no further conflict is dead-lettered (the critical pages do
 // not fire again).
@@ -197,6 +210,7 @@ func TestDrillBlockedClaimRunbook(t *testing.T) {
 		t.Fatal(err)
 	}
 	pollFor(t, 2*time.Minute, "order B's claim blocked", func() bool { st, _ := w.claimStatus(t, orderB); return st == "blocked" })
+	pollFor(t, time.Minute, "order B's own event deferred on its blocked claim", func() bool { return w.deferredRows(t, eventB) == 1 })
 	// A: the provider takes the charge only after 20s, long after the
 	// client's 1s timeout and the 6s block limit.
 	w.sim.SetFaults(paysim.Faults{Latency: 20 * time.Second})
@@ -253,8 +267,15 @@ func TestDrillBlockedClaimRunbook(t *testing.T) {
 	if st, id := w.claimStatus(t, orderA); st != "charged" || id != chargeA {
 		t.Fatalf("order A: %s %q; want charged %q", st, id, chargeA)
 	}
-	if st, _ := w.claimStatus(t, orderB); st != "none" {
-		t.Fatalf("order B after release: %s; want no claim", st)
+	// B's own deferred event takes the released order at the deciding
+	// loop's next pass, and charges it with its own key.
+	pollFor(t, time.Minute, "order B charged by its own deferred event", func() bool {
+		st, _ := w.claimStatus(t, orderB)
+		return st == "charged" && w.deferredRows(t, eventB) == 0
+	})
+	var chargedBy uuid.UUID
+	if err := w.db.QueryRow(ctx, `SELECT event_id FROM charge WHERE order_id = $1`, orderB).Scan(&chargedBy); err != nil || chargedBy != eventB {
+		t.Fatalf("order B charged by event %v, %v; want its own event %v", chargedBy, err, eventB)
 	}
 	var audits int
 	if err := w.db.QueryRow(ctx, `SELECT count(*) FROM claim_audit WHERE operator = 'drill-operator' AND reason LIKE 'DRILL-1:%'`).Scan(&audits); err != nil || audits != 2 {
@@ -265,12 +286,16 @@ func TestDrillBlockedClaimRunbook(t *testing.T) {
 		t.Fatalf("reconcile --dry-run after the decisions: %v\n%s", err, out)
 	}
 
-	// The released order is charged by a new event, once.
+	// A new event for the charged order is a duplicate_order: no charge.
+	dupBefore, _ := gauge(t, addr, "billing_events_total", map[string]string{"result": "duplicate_order"})
 	recB2, _ := orderRecord(orderB, "12.50")
 	if err := harness.Produce(ctx, w.brokers, w.topic, []kafka.Message{recB2}); err != nil {
 		t.Fatal(err)
 	}
-	pollFor(t, time.Minute, "order B charged by its new event", func() bool { st, _ := w.claimStatus(t, orderB); return st == "charged" })
+	pollFor(t, time.Minute, "order B's new event decided duplicate_order", func() bool {
+		v, _ := gauge(t, addr, "billing_events_total", map[string]string{"result": "duplicate_order"})
+		return v == dupBefore+1
+	})
 	w.waitDrained(t, p, time.Minute)
 	pollFor(t, 30*time.Second, "billing_ledger_claims{status=blocked} back at 0", func() bool {
 		v, ok := gauge(t, addr, "billing_ledger_claims", map[string]string{"status": "blocked"})
