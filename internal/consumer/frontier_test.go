@@ -38,12 +38,12 @@ func TestRaised(t *testing.T) {
 }
 
 func TestInsertReadyKeepsOffsetOrder(t *testing.T) {
-	var ready []kafka.Message
+	var ready fifo[kafka.Message]
 	for _, off := range []int64{3, 7, 5, 9, 1, 8} {
-		ready = insertReady(ready, kafka.Message{Offset: off})
+		insertReady(&ready, kafka.Message{Offset: off})
 	}
-	got := make([]int64, 0, len(ready))
-	for _, m := range ready {
+	got := make([]int64, 0, ready.Len())
+	for _, m := range ready.Items() {
 		got = append(got, m.Offset)
 	}
 	if want := []int64{1, 3, 5, 7, 8, 9}; !slices.Equal(got, want) {

@@ -14,7 +14,7 @@ import (
 //
 // offsets is not safe for concurrent use; its owner serializes access.
 type offsets struct {
-	pending []pendingMsg // fetched, in offset order; front may be done
+	pending fifo[pendingMsg] // fetched, in offset order; front may be done
 	// next is the offset to commit: the lowest unfinished offset, or one
 	// past the highest fetched when everything fetched is done. -1 until
 	// the first message completes.
@@ -40,7 +40,7 @@ func newOffsets() *offsets { return &offsets{next: -1, committed: -1} }
 // fetched records a message that was read, and what the budget charged
 // for it; offsets must increase.
 func (o *offsets) fetched(offset int64, at Timing, cost int64) {
-	o.pending = append(o.pending, pendingMsg{offset: offset, timing: at, cost: int32(cost)})
+	o.pending.Push(pendingMsg{offset: offset, timing: at, cost: int32(cost)})
 }
 
 // done marks offset complete and appends to into the timings of the
@@ -50,22 +50,23 @@ func (o *offsets) fetched(offset int64, at Timing, cost int64) {
 // it was not pending, or already done).
 func (o *offsets) done(offset int64, into []Timing) ([]Timing, int64) {
 	var cost int64
-	if i, found := slices.BinarySearchFunc(o.pending, offset, func(p pendingMsg, off int64) int {
+	pending := o.pending.Items()
+	if i, found := slices.BinarySearchFunc(pending, offset, func(p pendingMsg, off int64) int {
 		return cmp.Compare(p.offset, off)
-	}); found && !o.pending[i].done {
-		o.pending[i].done = true
-		cost = int64(o.pending[i].cost)
+	}); found && !pending[i].done {
+		pending[i].done = true
+		cost = int64(pending[i].cost)
 	}
 	advanced := into
 	i := 0
-	for ; i < len(o.pending) && o.pending[i].done; i++ {
-		advanced = append(advanced, o.pending[i].timing)
-		o.next = o.pending[i].offset + 1
+	for ; i < len(pending) && pending[i].done; i++ {
+		advanced = append(advanced, pending[i].timing)
+		o.next = pending[i].offset + 1
 	}
-	o.pending = o.pending[i:]
-	if len(o.pending) > 0 && i > 0 {
-		o.next = o.pending[0].offset
+	if i > 0 && i < len(pending) {
+		o.next = pending[i].offset
 	}
+	o.pending.Pop(i)
 	return advanced, cost
 }
 

@@ -212,7 +212,7 @@ func TestOffsetsRandomCompletion(t *testing.T) {
 // undone counts the messages o tracks that are not done.
 func undone(o *offsets) int {
 	n := 0
-	for _, p := range o.pending {
+	for _, p := range o.pending.Items() {
 		if !p.done {
 			n++
 		}

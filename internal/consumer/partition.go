@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -65,11 +66,13 @@ type partitionState struct {
 	advanced []Timing     // scratch: the timings offs.done returned last
 	verdicts []completion // scratch: the completions taken from done last
 	// keys holds, for each key with a message running, the messages of
-	// that key waiting behind it, in offset order.
-	keys map[string][]kafka.Message
+	// that key waiting behind it, in offset order; keysPeak is the most
+	// keys it held since it was last rebuilt (see forget).
+	keys     map[string][]kafka.Message
+	keysPeak int
 	// ready holds messages free to start, in offset order, waiting for an
 	// idle worker: with one worker, a partition runs strictly in order.
-	ready   []kafka.Message
+	ready   fifo[kafka.Message]
 	running int // messages handed to workers and not yet completed
 	// done receives the workers' verdicts; a worker never waits to
 	// report.
@@ -101,11 +104,11 @@ func newPartitionState(c *Consumer, cm *committer, b *budget, partition int, log
 
 // completeAll records every verdict the workers have reported.
 func (p *partitionState) completeAll() {
-	p.verdicts = p.done.take(p.verdicts[:0])
+	p.verdicts = p.done.take(p.verdicts)
 	for _, c := range p.verdicts {
 		p.complete(c)
 	}
-	clear(p.verdicts) // the messages are done with
+	p.verdicts = emptied(p.verdicts) // the messages are done with
 }
 
 // run handles one event of the partition loop and reports whether the
@@ -120,9 +123,10 @@ func (p *partitionState) run(fetched <-chan fetchedMsg) bool {
 	// resumed is what the ready records wait for while they are held
 	// back (see blocked).
 	var resumed <-chan struct{}
-	if len(p.ready) > 0 {
-		if resumed = p.blocked(p.ready[0].Offset); resumed == nil {
-			next = job{p: p, msg: p.ready[0]}
+	if p.ready.Len() > 0 {
+		first := p.ready.Items()[0]
+		if resumed = p.blocked(first.Offset); resumed == nil {
+			next = job{p: p, msg: first}
 			// An idle worker first; a new one only when none is idle.
 			select {
 			case p.c.pool.Jobs <- next:
@@ -155,7 +159,7 @@ func (p *partitionState) run(fetched <-chan fetchedMsg) bool {
 		p.offs.fetched(msg.Offset, Timing{Produced: msg.Time, Fetched: time.Now()}, f.cost)
 		k, ordered := orderKey(msg)
 		if !ordered {
-			p.ready = append(p.ready, msg)
+			p.ready.Push(msg)
 			break
 		}
 		if waiting, busy := p.keys[k]; busy {
@@ -163,19 +167,19 @@ func (p *partitionState) run(fetched <-chan fetchedMsg) bool {
 			break
 		}
 		p.keys[k] = nil
-		p.ready = append(p.ready, msg)
+		p.keysPeak = max(p.keysPeak, len(p.keys))
+		p.ready.Push(msg)
 	}
 	return true
 }
 
 // started records that the first ready message went to a worker.
 func (p *partitionState) started() {
-	if next := p.ready[0].Offset + 1; next > p.reach {
+	if next := p.ready.Items()[0].Offset + 1; next > p.reach {
 		p.reach = next
 		p.lane.reach.Store(next)
 	}
-	p.ready[0] = kafka.Message{}
-	p.ready = p.ready[1:]
+	p.ready.Pop(1)
 	p.running++
 }
 
@@ -199,7 +203,7 @@ func (p *partitionState) complete(c completion) {
 		p.log.Info("message abandoned, it will be redelivered", "offset", c.msg.Offset, "err", c.err)
 	} else {
 		var payload int64
-		p.advanced, payload = p.offs.done(c.msg.Offset, p.advanced[:0])
+		p.advanced, payload = p.offs.done(c.msg.Offset, emptied(p.advanced))
 		// The record itself is gone; its offsets entry stays charged
 		// until it is committable.
 		p.budget.release(p.partition, payload-entryCost+int64(len(p.advanced))*entryCost)
@@ -221,11 +225,23 @@ func (p *partitionState) complete(c completion) {
 	}
 	waiting := p.keys[k]
 	if len(waiting) == 0 || p.stop.Err() != nil {
-		delete(p.keys, k)
+		p.forget(k)
 		return
 	}
 	p.keys[k] = waiting[1:]
-	p.ready = insertReady(p.ready, waiting[0])
+	insertReady(&p.ready, waiting[0])
+}
+
+// forget deletes key k, and rebuilds keys once it holds less than a
+// quarter of its peak: a Go map never gives back what it grew to (see
+// fifo.go for why a partition's queues must).
+func (p *partitionState) forget(k string) {
+	delete(p.keys, k)
+	if n := len(p.keys); p.keysPeak > queueKeep && n < p.keysPeak/4 {
+		keys := make(map[string][]kafka.Message, n) // maps.Clone keeps the size
+		maps.Copy(keys, p.keys)
+		p.keys, p.keysPeak = keys, n
+	}
 }
 
 // insertReady inserts msg into ready, which is in offset order, and keeps
@@ -233,15 +249,16 @@ func (p *partitionState) complete(c completion) {
 // records of other keys ready before it. The order is what makes a hold
 // on the first ready record (a pause, the Gate, the frontier) a hold on
 // all: a record below a held one never waits behind it.
-func insertReady(ready []kafka.Message, msg kafka.Message) []kafka.Message {
-	n := len(ready)
-	if n == 0 || ready[n-1].Offset < msg.Offset {
-		return append(ready, msg)
+func insertReady(ready *fifo[kafka.Message], msg kafka.Message) {
+	items := ready.Items()
+	if n := len(items); n == 0 || items[n-1].Offset < msg.Offset {
+		ready.Push(msg)
+		return
 	}
-	i, _ := slices.BinarySearchFunc(ready, msg.Offset, func(m kafka.Message, off int64) int {
+	i, _ := slices.BinarySearchFunc(items, msg.Offset, func(m kafka.Message, off int64) int {
 		return cmp.Compare(m.Offset, off)
 	})
-	return slices.Insert(ready, i, msg)
+	ready.Insert(i, msg)
 }
 
 // blocked returns what the record at offset (the first ready one) waits

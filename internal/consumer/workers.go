@@ -58,8 +58,7 @@ func (in *inbox) take(into []completion) []completion {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	into = append(into, in.items...)
-	clear(in.items)
-	in.items = in.items[:0]
+	in.items = emptied(in.items)
 	return into
 }
 
