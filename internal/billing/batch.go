@@ -3,6 +3,7 @@ package billing
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -203,14 +204,25 @@ func (b *Batcher) run(batch []request) {
 
 // allDone returns a context that ends when every request's context has
 // ended: one event's partition being revoked must not abort the others'
-// charges.
+// charges. It watches each distinct Done channel once: the events of one
+// partition share theirs (the partition's context), and every watch is an
+// entry in that context's children, a map that keeps the largest size it
+// reached for as long as the partition is owned (4 MB of the live heap at
+// 160 partitions, one watch per event).
 func allDone(batch []request) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var mu sync.Mutex
-	left := len(batch)
-	stops := make([]func() bool, 0, len(batch))
+	var watch []context.Context // one per distinct Done channel
+	dones := make([]<-chan struct{}, 0, len(batch))
 	for _, r := range batch {
-		stops = append(stops, context.AfterFunc(r.ctx, func() {
+		if d := r.ctx.Done(); !slices.Contains(dones, d) {
+			dones, watch = append(dones, d), append(watch, r.ctx)
+		}
+	}
+	var mu sync.Mutex
+	left := len(watch)
+	stops := make([]func() bool, 0, len(watch))
+	for _, w := range watch {
+		stops = append(stops, context.AfterFunc(w, func() {
 			mu.Lock()
 			defer mu.Unlock()
 			if left--; left == 0 {
