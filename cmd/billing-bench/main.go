@@ -43,6 +43,8 @@ type options struct {
 	dbURL                                          string
 	scale                                          float64
 	repeat, profileSeconds, profileBacklog         int
+	profilePartitions                              int           // of -profile's topic
+	profileLarge                                   bool          // -profile's producer: the sweep's large batches
 	stageFor                                       time.Duration // of the recovery (recovery.go)
 }
 
@@ -71,14 +73,16 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.profileDir, "profile", "", "profile instead: drain one backlog and write the consumer's cpu.pprof and allocs.pprof here")
 	fs.IntVar(&o.profileSeconds, "profile-seconds", 20, "length of -profile's CPU profile, from the first finished event")
 	fs.IntVar(&o.profileBacklog, "profile-backlog", 500_000, "records of -profile's backlog: enough to outlast -profile-seconds")
+	fs.IntVar(&o.profilePartitions, "profile-partitions", drainPartitions, "partitions of -profile's topic (the sweep's: 12, 160)")
+	fs.BoolVar(&o.profileLarge, "profile-large", false, "-profile's producer makes the sweep's large batches (1 MB, GOMEMLIMIT as the sweep's)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	switch {
 	case o.repeat < 1 || o.scale <= 0:
 		return o, errors.New("-repeat and -scale must be positive")
-	case o.profileDir != "" && (o.profileSeconds < 1 || o.profileBacklog < 1):
-		return o, errors.New("-profile-seconds and -profile-backlog must be positive")
+	case o.profileDir != "" && (o.profileSeconds < 1 || o.profileBacklog < 1 || o.profilePartitions < 1):
+		return o, errors.New("-profile-seconds, -profile-backlog and -profile-partitions must be positive")
 	}
 	for _, p := range strings.Split(o.only, ",") {
 		if o.only != "" && !slices.Contains(parts, p) {

@@ -75,8 +75,10 @@ func (p *profiler) save(ctx context.Context, path, file string) error {
 	return err
 }
 
-// runProfile drains one default backlog of -profile-backlog records under
-// the profiler, exactly-once checked as every drain.
+// runProfile drains one backlog of -profile-backlog records from
+// -profile-partitions partitions under the profiler, exactly-once checked
+// as every drain; -profile-large makes it one of the sweep's large-batch
+// drains.
 func (b *bench) runProfile(ctx context.Context) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -88,7 +90,10 @@ func (b *bench) runProfile(ctx context.Context) error {
 		return err
 	}
 	s := b.defaultDrain(b.under)
-	s.backlog, s.prof, s.env = b.o.profileBacklog, prof, []string{"BILLING_PPROF_ADDR=" + prof.addr}
+	s.backlog, s.partitions, s.prof, s.env = b.o.profileBacklog, b.o.profilePartitions, prof, []string{"BILLING_PPROF_ADDR=" + prof.addr}
+	if b.o.profileLarge {
+		s.produce, s.batching, s.env = produceLarge, batchings[1].name, append(s.env, "GOMEMLIMIT="+podGoMemLimit)
+	}
 	d, err := b.drain(ctx, s)
 	if err != nil {
 		return err
