@@ -54,6 +54,8 @@ func (q *fifo[T]) Pop(n int) {
 	switch n := q.Len(); {
 	case n == 0 && cap(q.buf) <= queueKeep:
 		q.buf, q.head = q.buf[:0], 0
+	case n == 0: // a quiet partition holds no array
+		q.buf, q.head = nil, 0
 	case cap(q.buf) > queueKeep && 4*n < cap(q.buf):
 		q.compact(max(queueKeep, 2*n))
 	}

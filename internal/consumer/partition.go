@@ -228,8 +228,9 @@ func (p *partitionState) complete(c completion) {
 		p.forget(k)
 		return
 	}
-	p.keys[k] = waiting[1:]
 	insertReady(&p.ready, waiting[0])
+	waiting[0] = kafka.Message{} // its payload is the budget's to release
+	p.keys[k] = waiting[1:]
 }
 
 // forget deletes key k, and rebuilds keys once it holds less than a
