@@ -48,24 +48,27 @@ type drainSpec struct {
 // drain is what one drain of a backlog measured: the per-event figures
 // over the measured window, the peaks over the whole drain.
 type drain struct {
-	Binary         string   `json:"binary"`
-	Partitions     int      `json:"partitions"`
-	Batching       string   `json:"producer_batching,omitempty"`
-	Backlog        int      `json:"backlog"`
-	Events         int64    `json:"events_in_window"`
-	WindowS        float64  `json:"window_s"`
-	EventsPerS     float64  `json:"events_per_s"`
-	CPU            float64  `json:"consumer_cpu_us_per_event"`
-	PGCPU          float64  `json:"postgres_cpu_us_per_event"`
-	WAL            float64  `json:"wal_bytes_per_event"`
-	Allocs         float64  `json:"allocs_per_event"`
-	AllocBytes     float64  `json:"alloc_bytes_per_event"`
-	PerTx          float64  `json:"events_per_transaction"`
-	PeakRSS        int64    `json:"peak_rss_bytes"`
-	PeakHeap       int64    `json:"peak_heap_inuse_bytes"`
-	PeakGoroutines int      `json:"peak_goroutines"`
-	PeakFDs        int      `json:"peak_open_fds"`
-	Problems       []string `json:"problems,omitempty"`
+	Binary         string  `json:"binary"`
+	Partitions     int     `json:"partitions"`
+	Batching       string  `json:"producer_batching,omitempty"`
+	Backlog        int     `json:"backlog"`
+	Events         int64   `json:"events_in_window"`
+	WindowS        float64 `json:"window_s"`
+	EventsPerS     float64 `json:"events_per_s"`
+	CPU            float64 `json:"consumer_cpu_us_per_event"`
+	PGCPU          float64 `json:"postgres_cpu_us_per_event"`
+	WAL            float64 `json:"wal_bytes_per_event"`
+	Allocs         float64 `json:"allocs_per_event"`
+	AllocBytes     float64 `json:"alloc_bytes_per_event"`
+	PerTx          float64 `json:"events_per_transaction"`
+	PeakRSS        int64   `json:"peak_rss_bytes"`
+	PeakHeap       int64   `json:"peak_heap_inuse_bytes"`
+	PeakGoroutines int     `json:"peak_goroutines"`
+	PeakFDs        int     `json:"peak_open_fds"`
+	// CPURatio is the sweep's: the consumer CPU per event against the
+	// fewest partitions', the median of each round's paired ratios.
+	CPURatio float64  `json:"cpu_vs_fewest_partitions,omitempty"`
+	Problems []string `json:"problems,omitempty"`
 }
 
 // defaultDrain is the drain of the table: the binary's defaults, 0 ms at

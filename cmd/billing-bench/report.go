@@ -119,12 +119,12 @@ func (r *report) drainTable(b *strings.Builder) {
 func (r *report) partitionTable(b *strings.Builder) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("\n## Cost by partition count\n\nOne replica drains a backlog from a topic of each partition count, with its defaults and the pod's "+
-		"`GOMEMLIMIT=%s` (deploy/base), the provider answering at once; each row is the median of %d drains, its peaks the largest "+
+		"`GOMEMLIMIT=%s` (deploy/base), the provider answering at once; each row is the median of %d drains (the ratio: of each round's drain to the fewest partitions' drain beside it), its peaks the largest "+
 		"(RSS: VmHWM; heap in use, goroutines and open fds: the consumer's /metrics every %v).\n\n", podGoMemLimit, r.Repeat, scrapeEvery)
-	p("| partitions | producer | records | events/s | consumer CPU µs/event | peak RSS | peak heap in use | peak goroutines | peak open fds |\n")
-	p("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| partitions | producer | records | events/s | consumer CPU µs/event | CPU/event vs %d partitions | peak RSS | peak heap in use | peak goroutines | peak open fds |\n", sweepPartitions[0])
+	p("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, d := range r.Partitions {
-		p("| %d | %s | %d | %.0f | **%.0f** | **%s** | **%s** | %d | %d |\n", d.Partitions, d.Batching, d.Backlog, d.EventsPerS, d.CPU,
+		p("| %d | %s | %d | %.0f | **%.0f** | %.2f× | **%s** | **%s** | %d | %d |\n", d.Partitions, d.Batching, d.Backlog, d.EventsPerS, d.CPU, d.CPURatio,
 			mb(d.PeakRSS), mb(d.PeakHeap), d.PeakGoroutines, d.PeakFDs)
 	}
 }
