@@ -1,7 +1,7 @@
 package consumer
 
-// A partition's queues (its ready records, its offsets entries, the
-// workers' verdicts) are slices that a burst grows: a large record batch
+// A partition's queues (its ready records, the records waiting behind
+// each key, its offsets entries, the workers' verdicts) are slices that a burst grows: a large record batch
 // decoded at once puts thousands of records in one partition. The budget
 // charges the records, not the arrays; an array kept at its burst's size
 // after the records left would stay with the partition, quiet or not,

@@ -68,7 +68,7 @@ type partitionState struct {
 	// keys holds, for each key with a message running, the messages of
 	// that key waiting behind it, in offset order; keysPeak is the most
 	// keys it held since it was last rebuilt (see forget).
-	keys     map[string][]kafka.Message
+	keys     map[string]fifo[kafka.Message]
 	keysPeak int
 	// ready holds messages free to start, in offset order, waiting for an
 	// idle worker: with one worker, a partition runs strictly in order.
@@ -93,7 +93,7 @@ func newPartitionState(c *Consumer, cm *committer, b *budget, partition int, log
 	return &partitionState{
 		c: c, cm: cm, budget: b, partition: partition, log: log, stop: stop, work: work,
 		offs: newOffsets(),
-		keys: map[string][]kafka.Message{},
+		keys: map[string]fifo[kafka.Message]{},
 		done: newInbox(),
 		lane: lane,
 		// The generation's first commit set both before the partition
@@ -163,10 +163,11 @@ func (p *partitionState) run(fetched <-chan fetchedMsg) bool {
 			break
 		}
 		if waiting, busy := p.keys[k]; busy {
-			p.keys[k] = append(waiting, msg)
+			waiting.Push(msg)
+			p.keys[k] = waiting
 			break
 		}
-		p.keys[k] = nil
+		p.keys[k] = fifo[kafka.Message]{}
 		p.keysPeak = max(p.keysPeak, len(p.keys))
 		p.ready.Push(msg)
 	}
@@ -224,13 +225,13 @@ func (p *partitionState) complete(c completion) {
 		return
 	}
 	waiting := p.keys[k]
-	if len(waiting) == 0 || p.stop.Err() != nil {
+	if waiting.Len() == 0 || p.stop.Err() != nil {
 		p.forget(k)
 		return
 	}
-	insertReady(&p.ready, waiting[0])
-	waiting[0] = kafka.Message{} // its payload is the budget's to release
-	p.keys[k] = waiting[1:]
+	insertReady(&p.ready, waiting.Items()[0])
+	waiting.Pop(1)
+	p.keys[k] = waiting
 }
 
 // forget deletes key k, and rebuilds keys once it holds less than a
@@ -239,7 +240,7 @@ func (p *partitionState) complete(c completion) {
 func (p *partitionState) forget(k string) {
 	delete(p.keys, k)
 	if n := len(p.keys); p.keysPeak > queueKeep && n < p.keysPeak/4 {
-		keys := make(map[string][]kafka.Message, n) // maps.Clone keeps the size
+		keys := make(map[string]fifo[kafka.Message], n) // maps.Clone keeps the size
 		maps.Copy(keys, p.keys)
 		p.keys, p.keysPeak = keys, n
 	}
