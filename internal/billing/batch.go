@@ -212,10 +212,10 @@ func (b *Batcher) run(batch []request) {
 func allDone(batch []request) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var watch []context.Context // one per distinct Done channel
-	dones := make([]<-chan struct{}, 0, len(batch))
 	for _, r := range batch {
-		if d := r.ctx.Done(); !slices.Contains(dones, d) {
-			dones, watch = append(dones, d), append(watch, r.ctx)
+		d := r.ctx.Done()
+		if !slices.ContainsFunc(watch, func(w context.Context) bool { return w.Done() == d }) {
+			watch = append(watch, r.ctx)
 		}
 	}
 	var mu sync.Mutex
