@@ -2,7 +2,9 @@ package consumer
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -30,10 +32,13 @@ const entryCost = 64
 // Fairness: half the budget (less, when a maximal record needs more of the
 // pool) is split into a share reserved for each partition; the rest is a
 // pool that partitions beyond their share take from in the order they
-// asked (FIFO). A partition within its share never waits, so none starves
-// however busy the others are; a busy partition can use the pool while
-// others are quiet. A partition whose fetch waits for the budget simply
-// does not fetch: Kafka keeps the records.
+// asked (FIFO). A record within its partition's share is never refused, so
+// none starves however busy the others are; a busy partition can use the
+// pool while others are quiet. A partition whose fetch waits for the
+// budget simply does not fetch: Kafka keeps the records. It waits for its
+// turn at the pool, not for room in its share, while the pool grants (see
+// stalled): a share is small beside a producer's record batch, and each
+// refetch decodes the whole batch again.
 //
 // A record costs at most maxCost, and the pool holds at least maxCost, so
 // every record can eventually be admitted. budget is safe for concurrent
@@ -60,7 +65,24 @@ type budget struct {
 	// response at once (see fetchSlots); Go's channels wake waiting
 	// receivers in the order they came, so slots are granted FIFO.
 	slots chan struct{}
+
+	// stalled is set once the pool has granted no waiter for stall while
+	// partitions waited for it (records that do not finish hold it: a
+	// failing order's, until it is parked), and cleared once it lends
+	// again. Only while it is set does a waiter take what is left of its
+	// own share (see admitsUpTo), so no partition waits longer than stall
+	// for another's stuck records. stallTimer sets it (see armStall).
+	stalled    bool
+	stall      time.Duration
+	stallTimer *time.Timer
+	stallSince time.Time // when stallTimer was last armed
 }
+
+// poolStall is how long the pool may grant no waiter before waiters take
+// room in their own shares instead (see budget.stalled). In a drain of
+// 160 partitions with 1 MiB record batches the pool grants one every
+// 150-200 ms here; a slower pool only makes waiters fall back sooner.
+const poolStall = 500 * time.Millisecond
 
 // budgetWaiter is a partition's fetch waiting for room (see reserve);
 // granted is closed once got, least or most, is charged.
@@ -77,7 +99,7 @@ func newBudget(total, maxCost int64, partitions []int) *budget {
 	n := int64(max(len(partitions), 1))
 	pool := max(total/2, min(maxCost, total))
 	b := &budget{share: (total - pool) / n, maxCost: maxCost, used: make(map[int]int64, n), waiting: make(map[int]*budgetWaiter, n),
-		fetchBytes: fetchSize(total, maxCost, len(partitions)), slots: make(chan struct{}, fetchSlots(total, maxCost))}
+		fetchBytes: fetchSize(total, maxCost, len(partitions)), slots: make(chan struct{}, fetchSlots(total, maxCost)), stall: poolStall}
 	b.free = total - b.share*n
 	for range cap(b.slots) {
 		b.slots <- struct{}{}
@@ -101,9 +123,10 @@ func fetchSize(total, maxCost int64, partitions int) int {
 	return int(min(largest, max(total/int64(max(partitions, 1)), minFetchBytes)))
 }
 
-// refill is the least credit a fetcher stopped by the budget waits for
-// before it fetches again (beside the record that did not fit): half the
-// partition's share, at most a fetch. Waiting for one record's room
+// refill is the least credit from its own share that a fetcher stopped by
+// the budget takes, while the pool is stalled, before it fetches again
+// (beside the record that did not fit): half the partition's share, at
+// most a fetch. Waiting for one record's room
 // instead would refetch, and decode again, a whole response per record
 // released while a backlog drains; half the share keeps the other half
 // of the partition's records running meanwhile.
@@ -150,18 +173,20 @@ func (b *budget) charge(partition int, cost int64) bool {
 	}
 	b.used[partition] += cost
 	b.free -= e
+	if e > 0 {
+		b.stalled = false
+	}
 	return true
 }
 
 // reserve charges partition at least least and at most most (least <=
-// most <= maxCost), waiting while least does not fit in the partition's
-// share and most does not fit in the pool, or partitions that asked
-// earlier wait for it. It returns what it charged: most from the pool or
-// the share when they have room, else what is left of the share (least or
-// more) once the partition's own releases leave that much (so that a
-// partition within its share never waits for the pool, however long
-// others wait for it). It returns ctx's error if ctx ends first, having
-// charged nothing.
+// most <= maxCost), waiting while most does not fit in the share or the
+// pool, or partitions that asked earlier wait for the pool. It returns
+// what it charged: most from the pool or the share when they have room,
+// else, while the pool is stalled, what is left of the share (least or
+// more) once the partition's own releases leave that much (so that no
+// partition waits long for another's stuck records). It returns ctx's
+// error if ctx ends first, having charged nothing.
 func (b *budget) reserve(ctx context.Context, partition int, least, most int64) (int64, error) {
 	b.mu.Lock()
 	if got := b.admitsUpTo(partition, least, most); got > 0 {
@@ -171,6 +196,9 @@ func (b *budget) reserve(ctx context.Context, partition int, least, most int64) 
 	w := &budgetWaiter{partition: partition, least: least, most: most, granted: make(chan struct{})}
 	b.waiters = append(b.waiters, w)
 	b.waiting[partition] = w
+	if len(b.waiters) == 1 {
+		b.armStall()
+	}
 	b.mu.Unlock()
 	select {
 	case <-w.granted:
@@ -189,16 +217,16 @@ func (b *budget) reserve(ctx context.Context, partition int, least, most int64) 
 	return 0, ctx.Err()
 }
 
-// admitsUpTo charges partition most if that needs no wait, else what is
-// left of its share, up to most, if that is least or more, and returns
-// what it charged (0: nothing); b.mu is held.
+// admitsUpTo charges partition most if that needs no wait, else, while
+// the pool is stalled, what is left of its share, up to most, if that is
+// least or more, and returns what it charged (0: nothing); b.mu is held.
 func (b *budget) admitsUpTo(partition int, least, most int64) int64 {
 	if b.admits(partition, most) {
 		return most
 	}
 	// As much of the share as is left: a fetcher refetches once per
 	// credit, not once per record.
-	if room := min(b.share-b.used[partition], most); room >= least && b.charge(partition, room) {
+	if room := min(b.share-b.used[partition], most); b.stalled && room >= least && b.charge(partition, room) {
 		return room
 	}
 	return 0
@@ -275,8 +303,9 @@ func (b *budget) releaseLocked(partition int, cost int64) {
 }
 
 // grantPool admits the waiters for the pool in the order they asked, while
-// the first fits; b.mu is held.
+// the first fits; a grant starts the wait for a stall again; b.mu is held.
 func (b *budget) grantPool() {
+	granted := false
 	for len(b.waiters) > 0 && b.charge(b.waiters[0].partition, b.waiters[0].most) {
 		w := b.waiters[0]
 		w.got = w.most
@@ -284,6 +313,42 @@ func (b *budget) grantPool() {
 		b.waiters = b.waiters[1:]
 		delete(b.waiting, w.partition)
 		close(w.granted)
+		granted = true
+	}
+	if granted && len(b.waiters) > 0 {
+		b.armStall()
+	}
+}
+
+// armStall (re)starts the wait after which the pool counts as stalled:
+// when partitions begin to wait for it, and at each of its grants; b.mu
+// is held.
+func (b *budget) armStall() {
+	b.stallSince = time.Now()
+	if b.stallTimer == nil {
+		b.stallTimer = time.AfterFunc(b.stall, b.onStall)
+		return
+	}
+	b.stallTimer.Reset(b.stall)
+}
+
+// onStall runs stall after the pool's last grant or first waiter: if
+// partitions still wait and it was not armed again since (a run that
+// raced a grant finds stallSince recent: the timer runs again), the pool
+// is stalled, and each waiter takes what its share has left (see
+// admitsUpTo).
+func (b *budget) onStall() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.waiters) == 0 || b.stalled || time.Since(b.stallSince) < b.stall {
+		return
+	}
+	b.stalled = true
+	for _, w := range slices.Clone(b.waiters) {
+		if w.got = b.admitsUpTo(w.partition, w.least, w.most); w.got > 0 {
+			b.remove(w)
+			close(w.granted)
+		}
 	}
 }
 

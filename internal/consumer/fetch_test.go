@@ -50,59 +50,97 @@ func TestFetchSizeAndSlots(t *testing.T) {
 }
 
 // TestBudgetReserve: reserve charges the most asked for when the share or
-// the pool has room at once, else what is left of the partition's share
-// once that is the least or more, which the partition's own releases
-// bring about while others wait for the pool; a waiter for the pool gets
-// the most.
+// the pool has room at once. Beyond that a partition waits for its turn at
+// the pool while the pool grants, even when its own releases leave room in
+// its share: a refetch for a share's worth decodes a producer's whole
+// record batch again. Once the pool has granted nothing for b.stall
+// (records that do not finish hold it), a waiter takes what is left of
+// its share, least or more, at once or after its own releases; the
+// pool's next loan ends the stall.
 func TestBudgetReserve(t *testing.T) {
-	b := newBudget(1000, 200, []int{0, 1, 2, 3}) // a share of 125 each, a pool of 500
 	ctx := context.Background()
-	if got, err := b.reserve(ctx, 0, 10, 200); got != 200 || err != nil {
-		t.Fatalf("empty budget: reserved %d (%v), want the most, 200", got, err)
+	// fill has partition 0 take 200 at once, then the rest of its share
+	// and the whole pool.
+	fill := func(b *budget) {
+		t.Helper()
+		if got, err := b.reserve(ctx, 0, 10, 200); got != 200 || err != nil {
+			t.Fatalf("empty budget: reserved %d (%v), want the most, 200", got, err)
+		}
+		if !b.tryAcquire(0, 425) || b.tryAcquire(0, 1) {
+			t.Fatalf("partition 0 could not take exactly its share and the pool (in use %d)", b.inUse())
+		}
 	}
-	if !b.tryAcquire(0, 425) || b.tryAcquire(0, 1) { // partition 0: its share and the pool
-		t.Fatalf("partition 0 could not take exactly its share and the pool (in use %d)", b.inUse())
+	waiting := func(b *budget, n int) {
+		poll.Until(t, 5*time.Second, fmt.Sprintf("%d waiting for the pool", n), func() bool {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return len(b.waiters) == n
+		})
 	}
-	// Partition 2 waits for the pool.
-	granted := make(chan int64, 1)
-	go func() {
-		got, _ := b.reserve(ctx, 2, 200, 200)
-		granted <- got
-	}()
-	poll.Until(t, 5*time.Second, "partition 2 waiting for the pool", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(b.waiters) == 1
-	})
+	reserve := func(b *budget, partition int, least, most int64) <-chan int64 {
+		got := make(chan int64, 1)
+		go func() {
+			n, _ := b.reserve(ctx, partition, least, most)
+			got <- n
+		}()
+		return got
+	}
+
+	b := newBudget(1000, 200, []int{0, 1, 2, 3}) // a share of 125 each, a pool of 500
+	b.stall = time.Hour                          // a pool that never stalls
+	fill(b)
+	got2 := reserve(b, 2, 200, 200)
+	waiting(b, 1)
 	if b.tryAcquire(1, 126) {
 		t.Fatal("tryAcquire took from the pool past a waiter")
 	}
-	if got, _ := b.reserve(ctx, 1, 50, 200); got != 125 {
-		t.Fatalf("partition 1 reserved %d with the pool taken and waited for, want its whole share, 125", got)
-	}
-	// Partition 3 holds 100 of its share and asks for 50 to 200: it waits
-	// until its own release leaves 50 of its share, and gets what is left.
+	// Partition 3 holds 100 of its share and asks for 50 to 200: its own
+	// release empties its share, yet it waits for its turn, behind 2.
 	if !b.tryAcquire(3, 100) {
 		t.Fatal("partition 3 refused its share")
 	}
-	got3 := make(chan int64, 1)
-	go func() {
-		got, _ := b.reserve(ctx, 3, 50, 200)
-		got3 <- got
-	}()
-	poll.Until(t, 5*time.Second, "partition 3 waiting", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(b.waiters) == 2
-	})
-	b.release(3, 20) // 45 left: not yet
-	b.release(3, 10)
-	if got := <-got3; got != 55 {
-		t.Fatalf("partition 3 got %d after its own releases, want the 55 left of its share", got)
+	got3 := reserve(b, 3, 50, 200)
+	waiting(b, 2)
+	b.release(3, 100)
+	select {
+	case n := <-got3:
+		t.Fatalf("partition 3 got %d of its share while the pool was not stalled, want its turn at the pool", n)
+	case <-time.After(100 * time.Millisecond):
 	}
 	b.release(0, 425)
-	if got := <-granted; got != 200 {
-		t.Fatalf("partition 2 got %d from the pool, want 200", got)
+	if n2, n3 := <-got2, <-got3; n2 != 200 || n3 != 200 {
+		t.Fatalf("partitions 2 and 3 got %d and %d from the pool, want 200 each, in turn", n2, n3)
+	}
+
+	// A pool that stalls: partition 0 keeps it all.
+	b = newBudget(1000, 200, []int{0, 1, 2, 3})
+	b.stall = 20 * time.Millisecond
+	fill(b)
+	if !b.tryAcquire(1, 100) || !b.tryAcquire(3, 100) {
+		t.Fatal("partitions 1 and 3 refused their shares")
+	}
+	// Partition 1 asks for 20 to 200: the 25 left of its share once the
+	// pool stalled.
+	if n := <-reserve(b, 1, 20, 200); n != 25 {
+		t.Fatalf("partition 1 got %d with the pool stalled, want the 25 left of its share", n)
+	}
+	// Partition 3 asks for 50 to 200: it waits until its own releases
+	// leave 50 of its share, and gets what is left.
+	got3 = reserve(b, 3, 50, 200)
+	waiting(b, 1)
+	b.release(3, 20) // 45 left: not yet
+	b.release(3, 10)
+	if n := <-got3; n != 55 {
+		t.Fatalf("partition 3 got %d after its own releases with the pool stalled, want the 55 left of its share", n)
+	}
+	b.release(0, 425)
+	if !b.tryAcquire(2, 200) {
+		t.Fatal("partition 2 refused with the pool free")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stalled {
+		t.Fatal("the pool still counts as stalled after it lent again")
 	}
 }
 
