@@ -285,9 +285,10 @@ func (b *budget) releaseAll(partition int) {
 }
 
 // releaseLocked gives back cost and admits what now fits: the releasing
-// partition's own waiter if it is back within its share (only its own
-// releases can bring it there), then waiters for the pool in order, so
-// that a release costs O(1), not a scan of every partition; b.mu is held.
+// partition's own waiter if its share now holds what it asked for (or,
+// the pool stalled, its least; only its own releases can bring that
+// about), then waiters for the pool in order, so that a release costs
+// O(1), not a scan of every partition; b.mu is held.
 func (b *budget) releaseLocked(partition int, cost int64) {
 	u := b.used[partition]
 	cost = min(cost, u)
