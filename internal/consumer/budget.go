@@ -32,9 +32,11 @@ const entryCost = 64
 // Fairness: half the budget (less, when a maximal record needs more of the
 // pool) is split into a share reserved for each partition; the rest is a
 // pool that partitions beyond their share take from in the order they
-// asked (FIFO). A record within its partition's share is never refused, so
-// none starves however busy the others are; a busy partition can use the
-// pool while others are quiet. A partition whose fetch waits for the
+// asked (FIFO). A fetch is never refused a record within its partition's
+// share, and a stopped partition waits for its turn at the pool, or for
+// its own share once the pool stalls, so none starves however busy or
+// stuck the others are; a busy partition can use the pool while others
+// are quiet. A partition whose fetch waits for the
 // budget simply does not fetch: Kafka keeps the records. It waits for its
 // turn at the pool, not for room in its share, while the pool grants (see
 // stalled): a share is small beside a producer's record batch, and each
@@ -70,8 +72,10 @@ type budget struct {
 	// partitions waited for it (records that do not finish hold it: a
 	// failing order's, until it is parked), and cleared once it lends
 	// again. Only while it is set does a waiter take what is left of its
-	// own share (see admitsUpTo), so no partition waits longer than stall
-	// for another's stuck records. stallTimer sets it (see armStall).
+	// own share (see admitsUpTo), so records that do not finish hold up
+	// the other partitions for stall, not until they finish (a pool that
+	// lends slowly, on the other hand, is waited for in turn). stallTimer
+	// sets it (see armStall).
 	stalled    bool
 	stall      time.Duration
 	stallTimer *time.Timer
@@ -184,8 +188,8 @@ func (b *budget) charge(partition int, cost int64) bool {
 // pool, or partitions that asked earlier wait for the pool. It returns
 // what it charged: most from the pool or the share when they have room,
 // else, while the pool is stalled, what is left of the share (least or
-// more) once the partition's own releases leave that much (so that no
-// partition waits long for another's stuck records). It returns ctx's
+// more) once the partition's own releases leave that much (so that
+// another's stuck records hold it up for the stall only). It returns ctx's
 // error if ctx ends first, having charged nothing.
 func (b *budget) reserve(ctx context.Context, partition int, least, most int64) (int64, error) {
 	b.mu.Lock()
@@ -351,6 +355,7 @@ func (b *budget) onStall() {
 			close(w.granted)
 		}
 	}
+	b.grantPool() // the new first waiter may fit the pool
 }
 
 // inUse is what the partitions hold in total (for tests).

@@ -29,7 +29,7 @@ type Config struct {
 	// RecordOverhead while it is not done, and 64 bytes from then until it
 	// is committable. A partition whose next record does not fit stops
 	// fetching until records complete; each partition has a reserved
-	// share, so none starves. Zero: 8 MiB. It must hold one maximal
+	// share and waits its turn for the rest, so none starves. Zero: 8 MiB. It must hold one maximal
 	// record (MaxRecordBytes plus RecordOverhead).
 	MaxInFlightBytes int64
 	// CommitInterval batches offset commits: one request for every
