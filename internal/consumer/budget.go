@@ -33,14 +33,16 @@ const entryCost = 64
 // pool) is split into a share reserved for each partition; the rest is a
 // pool that partitions beyond their share take from in the order they
 // asked (FIFO). A fetch is never refused a record within its partition's
-// share, and a stopped partition waits for its turn at the pool, or for
-// its own share once the pool stalls, so none starves however busy or
-// stuck the others are; a busy partition can use the pool while others
-// are quiet. A partition whose fetch waits for the
-// budget simply does not fetch: Kafka keeps the records. It waits for its
-// turn at the pool, not for room in its share, while the pool grants (see
-// stalled): a share is small beside a producer's record batch, and each
-// refetch decodes the whole batch again.
+// share, and a stopped partition waits for room in its share or its turn
+// at the pool, so none starves however busy the others are; a busy
+// partition can use the pool while others are quiet. A partition whose
+// fetch waits for the budget simply does not fetch: Kafka keeps the
+// records. When shares are small (see worthAFetch) a stopped partition
+// waits for its turn at the pool only, while the pool grants: such a
+// share is a small part of a producer's record batch, and each refetch
+// decodes the whole batch again. Once the pool stalls (see stalled) it
+// takes room in its share again, so none starves however stuck the
+// others are either.
 //
 // A record costs at most maxCost, and the pool holds at least maxCost, so
 // every record can eventually be admitted. budget is safe for concurrent
@@ -72,11 +74,12 @@ type budget struct {
 	// partitions waited for it (records that do not finish hold it: a
 	// failing order's, until it is parked), and cleared once it lends
 	// again. Only while it is set does a waiter take what is left of its
-	// own share (see admitsUpTo), so records that do not finish hold up
+	// own share when shares are small (see admitsUpTo), so records that do not finish hold up
 	// the other partitions for stall, not until they finish (a pool that
 	// lends slowly, on the other hand, is waited for in turn). stallTimer
 	// sets it (see armStall).
 	stalled    bool
+	shareFirst bool // see worthAFetch
 	stall      time.Duration
 	stallTimer *time.Timer
 	stallSince time.Time // when stallTimer was last armed
@@ -105,6 +108,7 @@ func newBudget(total, maxCost int64, partitions []int) *budget {
 	b := &budget{share: (total - pool) / n, maxCost: maxCost, used: make(map[int]int64, n), waiting: make(map[int]*budgetWaiter, n),
 		fetchBytes: fetchSize(total, maxCost, len(partitions)), slots: make(chan struct{}, fetchSlots(total, maxCost)), stall: poolStall}
 	b.free = total - b.share*n
+	b.shareFirst = b.share >= worthAFetch(maxCost)
 	for range cap(b.slots) {
 		b.slots <- struct{}{}
 	}
@@ -128,7 +132,8 @@ func fetchSize(total, maxCost int64, partitions int) int {
 }
 
 // refill is the least credit from its own share that a fetcher stopped by
-// the budget takes, while the pool is stalled, before it fetches again
+// the budget takes (when shares are worth a fetch, or the pool stalled)
+// before it fetches again
 // (beside the record that did not fit): half the partition's share, at
 // most a fetch. Waiting for one record's room
 // instead would refetch, and decode again, a whole response per record
@@ -148,6 +153,17 @@ func (b *budget) refill() int64 {
 func fetchSlots(total, maxCost int64) int {
 	return int(max(1, total/(4*maxCost)))
 }
+
+// worthAFetch is the least share in which a stopped partition takes room
+// (half its share, see refill) without waiting for its turn at the pool
+// or for the pool to stall: a quarter of a maximal record. A smaller
+// share is a small part of a producer's large record batch, and a fetch
+// for it decodes the whole batch again (at 160 partitions under the pod's
+// defaults a share is about 22 KiB: each 1 MiB batch was decoded 25
+// times); a larger one is worth its fetch and keeps a few partitions'
+// records flowing while they wait (6 and 12 partitions under the
+// defaults).
+func worthAFetch(maxCost int64) int64 { return maxCost / 4 }
 
 // cost is what msg costs in flight: its bytes plus RecordOverhead, capped
 // at maxCost (a record larger than the fetch limit, which Kafka still
@@ -187,7 +203,8 @@ func (b *budget) charge(partition int, cost int64) bool {
 // most <= maxCost), waiting while most does not fit in the share or the
 // pool, or partitions that asked earlier wait for the pool. It returns
 // what it charged: most from the pool or the share when they have room,
-// else, while the pool is stalled, what is left of the share (least or
+// else, while the pool is stalled or shares are worth a fetch (see
+// worthAFetch), what is left of the share (least or
 // more) once the partition's own releases leave that much (so that
 // another's stuck records hold it up for the stall only). It returns ctx's
 // error if ctx ends first, having charged nothing.
@@ -222,15 +239,16 @@ func (b *budget) reserve(ctx context.Context, partition int, least, most int64) 
 }
 
 // admitsUpTo charges partition most if that needs no wait, else, while
-// the pool is stalled, what is left of its share, up to most, if that is
-// least or more, and returns what it charged (0: nothing); b.mu is held.
+// the pool is stalled or shares are worth a fetch, what is left of its
+// share, up to most, if that is least or more, and returns what it
+// charged (0: nothing); b.mu is held.
 func (b *budget) admitsUpTo(partition int, least, most int64) int64 {
 	if b.admits(partition, most) {
 		return most
 	}
 	// As much of the share as is left: a fetcher refetches once per
 	// credit, not once per record.
-	if room := min(b.share-b.used[partition], most); b.stalled && room >= least && b.charge(partition, room) {
+	if room := min(b.share-b.used[partition], most); (b.shareFirst || b.stalled) && room >= least && b.charge(partition, room) {
 		return room
 	}
 	return 0
@@ -290,7 +308,8 @@ func (b *budget) releaseAll(partition int) {
 
 // releaseLocked gives back cost and admits what now fits: the releasing
 // partition's own waiter if its share now holds what it asked for (or,
-// the pool stalled, its least; only its own releases can bring that
+// shares worth a fetch or the pool stalled, its least; only its own
+// releases can bring that
 // about), then waiters for the pool in order, so that a release costs
 // O(1), not a scan of every partition; b.mu is held.
 func (b *budget) releaseLocked(partition int, cost int64) {

@@ -17,7 +17,7 @@ import (
 func TestBudgetStallGrantsTheNextWaiter(t *testing.T) {
 	ctx := context.Background()
 	b := newBudget(1000, 300, []int{0, 1, 2, 3}) // a share of 125 each, a pool of 500
-	b.stall = time.Hour                          // stalled by hand below
+	b.stall, b.shareFirst = time.Hour, false     // stalled by hand below
 	if !b.tryAcquire(0, 425) || !b.tryAcquire(1, 50) {
 		t.Fatal("partitions 0 and 1 refused their share and 300 of the pool")
 	}

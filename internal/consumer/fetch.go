@@ -57,8 +57,9 @@ func (p *partitionState) fetch(offset int64) (<-chan fetchedMsg, func()) {
 //     that does not, it drops the rest of the response (Kafka keeps the
 //     records), gives the slot back, and only then waits for credit (see
 //     budget.reserve): room for a maximal record from the pool, in FIFO
-//     order; or, once the pool has lent nothing for a while (stuck
-//     records hold it, see budget.stalled), what its own releases leave
+//     order; or, when shares are worth a fetch (budget.worthAFetch) or
+//     once the pool has lent nothing for a while (stuck records hold it,
+//     see budget.stalled), what its own releases leave
 //     of its share once that holds the record and budget.refill (half the
 //     share), whichever comes first.
 //     The next fetch, from that record, spends the credit first: a

@@ -44,8 +44,17 @@ func TestFetchSizeAndSlots(t *testing.T) {
 	for i := range ids {
 		ids[i] = i
 	}
-	if b := newBudget(pod, maxCost, ids); b.fetchBytes != int(pod/160) || cap(b.slots) != 1 || len(b.slots) != 1 {
-		t.Errorf("newBudget: fetchBytes %d, %d of %d slots free; want %d, 1 of 1", b.fetchBytes, len(b.slots), cap(b.slots), pod/160)
+	if b := newBudget(pod, maxCost, ids); b.fetchBytes != int(pod/160) || cap(b.slots) != 1 || len(b.slots) != 1 || b.shareFirst {
+		t.Errorf("newBudget: fetchBytes %d, %d of %d slots free, share first %v; want %d, 1 of 1, false (a share of %d)",
+			b.fetchBytes, len(b.slots), cap(b.slots), b.shareFirst, pod/160, b.share)
+	}
+	// 12 partitions under the pod's defaults: shares of 300 KB, worth a
+	// fetch; 8 MiB (no memory limit) on the bench's 6 partitions too.
+	if b := newBudget(pod, maxCost, ids[:12]); !b.shareFirst {
+		t.Errorf("a share of %d on 12 partitions: not first, want first (at least %d)", b.share, worthAFetch(maxCost))
+	}
+	if b := newBudget(8*mib, maxCost, ids[:6]); !b.shareFirst {
+		t.Errorf("a share of %d on 6 partitions: not first, want first", b.share)
 	}
 }
 
@@ -88,6 +97,7 @@ func TestBudgetReserve(t *testing.T) {
 
 	b := newBudget(1000, 200, []int{0, 1, 2, 3}) // a share of 125 each, a pool of 500
 	b.stall = time.Hour                          // a pool that never stalls
+	b.shareFirst = false                         // as if the shares were small (see worthAFetch)
 	fill(b)
 	got2 := reserve(b, 2, 200, 200)
 	waiting(b, 1)
@@ -114,7 +124,7 @@ func TestBudgetReserve(t *testing.T) {
 
 	// A pool that stalls: partition 0 keeps it all.
 	b = newBudget(1000, 200, []int{0, 1, 2, 3})
-	b.stall = 20 * time.Millisecond
+	b.stall, b.shareFirst = 20*time.Millisecond, false
 	fill(b)
 	if !b.tryAcquire(1, 100) || !b.tryAcquire(3, 100) {
 		t.Fatal("partitions 1 and 3 refused their shares")
@@ -138,9 +148,25 @@ func TestBudgetReserve(t *testing.T) {
 		t.Fatal("partition 2 refused with the pool free")
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.stalled {
+	stalled := b.stalled
+	b.mu.Unlock()
+	if stalled {
 		t.Fatal("the pool still counts as stalled after it lent again")
+	}
+
+	// Shares worth a fetch (125, a maximal record 200): a waiter takes
+	// room in its own share as soon as its releases leave its least.
+	b = newBudget(1000, 200, []int{0, 1, 2, 3})
+	b.stall = time.Hour
+	fill(b)
+	if !b.tryAcquire(3, 100) {
+		t.Fatal("partition 3 refused its share")
+	}
+	got3 = reserve(b, 3, 50, 200)
+	waiting(b, 1)
+	b.release(3, 100)
+	if n := <-got3; n != 125 {
+		t.Fatalf("partition 3 got %d with shares worth a fetch, want its whole share, 125", n)
 	}
 }
 
