@@ -70,14 +70,16 @@ type budget struct {
 	// receivers in the order they came, so slots are granted FIFO.
 	slots chan struct{}
 
-	// stalled is set once the pool has granted no waiter for stall while
-	// partitions waited for it (records that do not finish hold it: a
-	// failing order's, until it is parked), and cleared once it lends
-	// again. Only while it is set does a waiter take what is left of its
-	// own share when shares are small (see admitsUpTo), so records that do not finish hold up
-	// the other partitions for stall, not until they finish (a pool that
-	// lends slowly, on the other hand, is waited for in turn). stallTimer
-	// sets it (see armStall).
+	// stalled is set once the pool has granted no waiter for stall since
+	// partitions began to wait for it or since its last grant (records
+	// that do not finish hold it: a failing order's, until it is parked),
+	// and cleared once it lends again. When shares are small, only while
+	// it is set does a waiter take what is left of its own share (see
+	// admitsUpTo), so records that do not finish hold up the other
+	// partitions for stall, not until they finish; a pool that grants at
+	// least once per stall is waited for in turn. A record larger than its
+	// share waits for the pool, stalled or not. stallTimer sets it (see
+	// armStall).
 	stalled    bool
 	shareFirst bool // see worthAFetch
 	stall      time.Duration
@@ -88,7 +90,8 @@ type budget struct {
 // poolStall is how long the pool may grant no waiter before waiters take
 // room in their own shares instead (see budget.stalled). In a drain of
 // 160 partitions with 1 MiB record batches the pool grants one every
-// 150-200 ms here; a slower pool only makes waiters fall back sooner.
+// 150-200 ms here; a pool that grants less often than this has waiters
+// take from their shares until it lends again.
 const poolStall = 500 * time.Millisecond
 
 // budgetWaiter is a partition's fetch waiting for room (see reserve);
@@ -133,12 +136,11 @@ func fetchSize(total, maxCost int64, partitions int) int {
 
 // refill is the least credit from its own share that a fetcher stopped by
 // the budget takes (when shares are worth a fetch, or the pool stalled)
-// before it fetches again
-// (beside the record that did not fit): half the partition's share, at
-// most a fetch. Waiting for one record's room
-// instead would refetch, and decode again, a whole response per record
-// released while a backlog drains; half the share keeps the other half
-// of the partition's records running meanwhile.
+// before it fetches again, unless the record that did not fit costs more:
+// half the partition's share, at most a fetch. Waiting for one record's
+// room instead would refetch, and decode again, a whole response per
+// record released while a backlog drains; half the share keeps the other
+// half of the partition's records running meanwhile.
 func (b *budget) refill() int64 {
 	return min(b.share/2, int64(b.fetchBytes))
 }
@@ -159,10 +161,10 @@ func fetchSlots(total, maxCost int64) int {
 // or for the pool to stall: a quarter of a maximal record. A smaller
 // share is a small part of a producer's large record batch, and a fetch
 // for it decodes the whole batch again (at 160 partitions under the pod's
-// defaults a share is about 22 KiB: each 1 MiB batch was decoded 25
-// times); a larger one is worth its fetch and keeps a few partitions'
-// records flowing while they wait (6 and 12 partitions under the
-// defaults).
+// defaults a share is 23 KiB: each 1 MiB batch was decoded 25 times); a
+// larger one is worth its fetch and keeps a few partitions' records
+// flowing while they wait (up to 14 partitions under the pod's defaults,
+// and make bench's drain of 6 under 8 MiB).
 func worthAFetch(maxCost int64) int64 { return maxCost / 4 }
 
 // cost is what msg costs in flight: its bytes plus RecordOverhead, capped
@@ -204,10 +206,10 @@ func (b *budget) charge(partition int, cost int64) bool {
 // pool, or partitions that asked earlier wait for the pool. It returns
 // what it charged: most from the pool or the share when they have room,
 // else, while the pool is stalled or shares are worth a fetch (see
-// worthAFetch), what is left of the share (least or
-// more) once the partition's own releases leave that much (so that
-// another's stuck records hold it up for the stall only). It returns ctx's
-// error if ctx ends first, having charged nothing.
+// worthAFetch), what is left of the share (least or more), at once or
+// once the partition's own releases leave that much (so that another's
+// stuck records hold it up for the stall only). It returns ctx's error
+// if ctx ends first, having charged nothing.
 func (b *budget) reserve(ctx context.Context, partition int, least, most int64) (int64, error) {
 	b.mu.Lock()
 	if got := b.admitsUpTo(partition, least, most); got > 0 {

@@ -146,8 +146,23 @@ func TestBudgetAdmitsAMaximalRecord(t *testing.T) {
 // Fetching pauses (the budget is full with partition 0's queue), yet every
 // other partition is committed to its end while partition 0 waits; no
 // more records are in flight at once than the budget holds; every record
-// is handled exactly once, and everything is committed in the end.
+// is handled exactly once, and everything is committed in the end. It
+// runs with shares worth a fetch (records up to 1 KiB: a share of 518
+// bytes, a quarter of a maximal record 384), and with smaller ones
+// (records up to 2 KiB: 518 against 640), which wait for the pool first
+// and take room in their shares once it stalls (see worthAFetch); a
+// share still holds one of these records, which cost 518 (a record
+// larger than its share waits for the pool, stalled or not).
 func TestBudgetNoPartitionStarves(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		maxRecordBytes int
+	}{{"shares worth a fetch", 1024}, {"small shares", 2048}} {
+		t.Run(c.name, func(t *testing.T) { testNoPartitionStarves(t, c.maxRecordBytes) })
+	}
+}
+
+func testNoPartitionStarves(t *testing.T, maxRecordBytes int) {
 	const partitions, perPartition, budgetRecords = 8, 60, 16
 	env := newKafkaEnv(t, partitions)
 	w := env.writer()
@@ -178,7 +193,7 @@ func TestBudgetNoPartitionStarves(t *testing.T) {
 	cfg := env.config(t)
 	cfg.Concurrency = 100
 	cfg.CommitInterval = 20 * time.Millisecond
-	cfg.MaxRecordBytes, cfg.MaxInFlightBytes = 1024, budgetRecords*(RecordOverhead+6)
+	cfg.MaxRecordBytes, cfg.MaxInFlightBytes = maxRecordBytes, budgetRecords*(RecordOverhead+6)
 	r := startConsumer(t, cfg, func(ctx context.Context, msg kafka.Message) error {
 		n := inFlight.Add(1)
 		defer inFlight.Add(-1)

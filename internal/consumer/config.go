@@ -29,8 +29,9 @@ type Config struct {
 	// RecordOverhead while it is not done, and 64 bytes from then until it
 	// is committable. A partition whose next record does not fit stops
 	// fetching until records complete; each partition has a reserved
-	// share and waits its turn for the rest, so none starves. Zero: 8 MiB. It must hold one maximal
-	// record (MaxRecordBytes plus RecordOverhead).
+	// share and waits its turn for the rest, so none starves. Zero: 8
+	// MiB. It must hold one maximal record (MaxRecordBytes plus
+	// RecordOverhead).
 	MaxInFlightBytes int64
 	// CommitInterval batches offset commits: one request for every
 	// partition with progress or whose dispatch frontier needs raising

@@ -59,16 +59,17 @@ func (p *partitionState) fetch(offset int64) (<-chan fetchedMsg, func()) {
 //     budget.reserve): room for a maximal record from the pool, in FIFO
 //     order; or, when shares are worth a fetch (budget.worthAFetch) or
 //     once the pool has lent nothing for a while (stuck records hold it,
-//     see budget.stalled), what its own releases leave
-//     of its share once that holds the record and budget.refill (half the
-//     share), whichever comes first.
+//     see budget.stalled), what its own releases leave of its share once
+//     that holds the record or budget.refill (half the share), whichever
+//     is more, whichever comes first.
 //     The next fetch, from that record, spends the credit first: a
-//     backlog is decoded again about once per maximal record's worth of
-//     records, not once per record or per share (at 160 partitions a
-//     share is about 30 records of a producer's 1 MiB batch: waiting for
-//     the share decoded each batch 25 times). A slot thus passes on after one
-//     response's decoding whatever the budget does, and a record larger
-//     than the share is fetched once its credit is granted.
+//     backlog is decoded again about once per credit's worth of records,
+//     not once per record; with small shares, once per maximal record's
+//     worth, not once per share (at 160 partitions a share is about 30
+//     records of a producer's 1 MiB batch: waiting for the share decoded
+//     each batch 25 times). A slot thus passes on after one response's
+//     decoding whatever the budget does, and a record larger than the
+//     share is fetched once its credit is granted.
 //
 // Only the partition's fetch goroutine uses a fetcher.
 type fetcher struct {

@@ -32,8 +32,19 @@ func (g *countingGate) Hold(partition int, offset int64) bool {
 // target, past a record larger than its share, for the heal to lift the
 // gate. Partition 0's held records must not take the pool that record
 // needs: they would hold it until the gate lifts, which waits for
-// partition 1 (a deadlock, the whole consumer's outage).
+// partition 1 (a deadlock, the whole consumer's outage). It runs with
+// shares worth a fetch, and with smaller ones, which wait for the pool
+// first (see worthAFetch).
 func TestHeldPartitionLeavesThePool(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		budgets int64 // maximal records
+	}{{"shares worth a fetch", 4}, {"small shares", 3}} {
+		t.Run(c.name, func(t *testing.T) { testHeldPartitionLeavesThePool(t, c.budgets) })
+	}
+}
+
+func testHeldPartitionLeavesThePool(t *testing.T, budgets int64) {
 	const partitions, backlog, below = 8, 300, 10
 	env := newKafkaEnv(t, partitions)
 	w := env.writer()
@@ -53,11 +64,13 @@ func TestHeldPartitionLeavesThePool(t *testing.T) {
 	cfg.Gate = gate
 	cfg.Concurrency, cfg.CommitInterval = 8, 20*time.Millisecond
 	cfg.MaxRecordBytes = 16 << 10
-	cfg.MaxInFlightBytes = 4 * cfg.maxCost() // pool 2 maximal records; a share of about 4 KiB
+	// 4: a pool of 2 maximal records, a share of 4,224 bytes, a quarter
+	// of one; 3: a pool of 1.5, a share of 3,168.
+	cfg.MaxInFlightBytes = budgets * cfg.maxCost()
 	startConsumer(t, cfg, func(ctx context.Context, msg kafka.Message) error { return nil })
 	// Partition 0 fetches its held backlog: all the budget lets it (its
 	// share and the pool, about 60 records, before the fix; its share
-	// only, 6, after), in well under a second.
+	// only, 5 or 6, after), in well under a second.
 	poll.Until(t, waitLong, "partition 0 fetching its held backlog", func() bool { return gate.holds.Load() >= 4 })
 	time.Sleep(time.Second)
 
