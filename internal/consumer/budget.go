@@ -311,21 +311,27 @@ func (b *budget) releaseAll(partition int) {
 // releaseLocked gives back cost and admits what now fits: the releasing
 // partition's own waiter if its share now holds what it asked for (or,
 // shares worth a fetch or the pool stalled, its least; only its own
-// releases can bring that
-// about), then waiters for the pool in order, so that a release costs
-// O(1), not a scan of every partition; b.mu is held.
+// releases can bring that about), then waiters for the pool in order, so
+// that a release costs O(1), not a scan of every partition; b.mu is held.
 func (b *budget) releaseLocked(partition int, cost int64) {
 	u := b.used[partition]
 	cost = min(cost, u)
 	b.free += b.borrowed(u) - b.borrowed(u-cost)
 	b.used[partition] = u - cost
 	if w := b.waiting[partition]; w != nil {
-		if w.got = b.admitsUpTo(partition, w.least, w.most); w.got > 0 {
-			b.remove(w)
-			close(w.granted)
-		}
+		b.grantOwn(w)
 	}
 	b.grantPool()
+}
+
+// grantOwn grants w what admitsUpTo admits for it, if anything, out of
+// the pool's order (from its share, or when most fits without
+// overtaking); b.mu is held.
+func (b *budget) grantOwn(w *budgetWaiter) {
+	if w.got = b.admitsUpTo(w.partition, w.least, w.most); w.got > 0 {
+		b.remove(w)
+		close(w.granted)
+	}
 }
 
 // grantPool admits the waiters for the pool in the order they asked, while
@@ -371,10 +377,7 @@ func (b *budget) onStall() {
 	}
 	b.stalled = true
 	for _, w := range slices.Clone(b.waiters) {
-		if w.got = b.admitsUpTo(w.partition, w.least, w.most); w.got > 0 {
-			b.remove(w)
-			close(w.granted)
-		}
+		b.grantOwn(w)
 	}
 	b.grantPool() // the new first waiter may fit the pool
 }

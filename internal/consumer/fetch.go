@@ -60,8 +60,8 @@ func (p *partitionState) fetch(offset int64) (<-chan fetchedMsg, func()) {
 //     order; or, when shares are worth a fetch (budget.worthAFetch) or
 //     once the pool has lent nothing for a while (stuck records hold it,
 //     see budget.stalled), what its own releases leave of its share once
-//     that holds the record or budget.refill (half the share), whichever
-//     is more, whichever comes first.
+//     that holds the larger of the record and budget.refill (half the
+//     share), whichever comes first.
 //     The next fetch, from that record, spends the credit first: a
 //     backlog is decoded again about once per credit's worth of records,
 //     not once per record; with small shares, once per maximal record's
